@@ -1,0 +1,30 @@
+# One command per verb; CI runs `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/errands run "Plan a weekend trip to Lisbon for two people on a modest budget"
+
+test: $(STAMP)
+	bash tests/run.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy errands workflows activities worker.py
+
+clean:
+	rm -rf $(VENV) .errands .pytest_cache

@@ -1,0 +1,217 @@
+"""Model-calling activities. Each provider call is one activity attempt: Temporal owns retries,
+the SDK clients have theirs off, and provider errors are classified once at this boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from errands import ids, prompts
+from errands.activity_io import (
+    BranchStepInput,
+    BranchStepOutput,
+    OpenBranchInput,
+    RoundStepInput,
+    RoundStepOutput,
+    RunToolInput,
+    RunToolOutput,
+)
+from errands.catalog import referenced_messages, render_session
+from errands.contracts import Message, ModelRequest, ModelResponse, NewMessage, ToolCall
+from errands.control import delegate_spec, final_reply_spec
+from errands.providers import classify_provider_error
+from errands.routing import ModelRouter
+from errands.store import SessionStore
+from errands.subtask_types import SubtaskType
+
+
+class ModelActivities:
+    def __init__(
+        self, store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._types = types
+
+    async def _complete(self, model_spec: str, request: ModelRequest, timeout: float) -> ModelResponse:
+        route = self._router.route(model_spec)
+        try:
+            return await route.provider.complete(route.model, request, timeout=timeout)
+        except ApplicationError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one place decides retry posture
+            raise classify_provider_error(error, route.provider.name) from error
+
+    @activity.defn(name="round_step")
+    async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
+        rows = await asyncio.to_thread(
+            self._store.list_session, data.session_id, upto_seq=data.upto_seq
+        )
+        rendered = render_session(rows, data.task_id)
+        types = list(self._types.values())
+        delegable = data.final_reason is None and bool(types)
+        tools = [final_reply_spec()]
+        if delegable:
+            tools.append(delegate_spec([t.info() for t in types], data.max_subtasks))
+        request = ModelRequest(
+            system=prompts.round_instructions(
+                types, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
+            ),
+            messages=rendered.messages + data.extra,
+            tools=tools,
+            tool_choice="required",
+            max_output_tokens=data.max_output_tokens,
+        )
+        response = await self._complete(data.model, request, _timeout())
+        return RoundStepOutput(
+            response=response,
+            catalog_size=len(rendered.catalog),
+            attempt=activity.info().attempt,
+        )
+
+    @activity.defn(name="open_branch")
+    async def open_branch(self, data: OpenBranchInput) -> None:
+        """Start a branch's own thread: its instructions and the messages it cites, verbatim."""
+
+        def write() -> None:
+            rows = self._store.list_session(data.session_id, upto_seq=data.catalog_upto_seq)
+            cited = referenced_messages(render_session(rows, data.task_id).catalog, data.references)
+            self._store.append_once(
+                NewMessage(
+                    id=ids.thread_instructions_id(data.thread_id),
+                    session_id=data.thread_id,
+                    role="user",
+                    kind="note",
+                    text=prompts.branch_opening(data.prompt, cited),
+                    task_id=data.task_id,
+                )
+            )
+
+        await asyncio.to_thread(write)
+
+    @activity.defn(name="branch_step")
+    async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
+        step_id = ids.thread_step_id(data.thread_id, data.step)
+        stored = await asyncio.to_thread(self._store.get, step_id)
+        if stored is not None:
+            # Written by an attempt that died before reporting: never ask the model again.
+            calls = stored.meta.get("tool_calls", [])
+            return BranchStepOutput(
+                tool_calls=len(calls), text_chars=len(stored.text),
+                usage=stored.meta.get("usage", {}), model=stored.meta.get("model", data.model),
+                replayed=True,
+            )
+        subtask_type = self._types[data.subtask_type]
+        rows = await asyncio.to_thread(self._store.list_session, data.thread_id)
+        messages = thread_messages(rows)
+        if data.last_step:
+            messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
+        request = ModelRequest(
+            system=subtask_type.instructions,
+            messages=messages,
+            tools=[] if data.last_step else [t.spec for t in subtask_type.tools],
+            tool_choice="auto",
+            max_output_tokens=data.max_output_tokens,
+        )
+        response = await self._complete(data.model, request, _timeout())
+        # Only tools this type offers may run; anything else is answered as an error result.
+        await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=step_id,
+                session_id=data.thread_id,
+                role="assistant",
+                kind="step",
+                text=response.text,
+                meta={
+                    "tool_calls": [c.model_dump() for c in response.tool_calls],
+                    "usage": response.usage.model_dump(),
+                    "model": data.model,
+                },
+            ),
+        )
+        return BranchStepOutput(
+            tool_calls=len(response.tool_calls),
+            text_chars=len(response.text),
+            usage=response.usage,
+            model=data.model,
+            attempt=activity.info().attempt,
+        )
+
+    @activity.defn(name="run_branch_tool")
+    async def run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
+        result_id = ids.thread_tool_result_id(data.thread_id, data.step, data.call_index)
+        existing = await asyncio.to_thread(self._store.get, result_id)
+        if existing is not None:
+            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+        step = await asyncio.to_thread(self._store.get, ids.thread_step_id(data.thread_id, data.step))
+        if step is None:
+            raise ApplicationError(f"step {data.step} of {data.thread_id} is missing", type="internal", non_retryable=True)
+        call = ToolCall(**step.meta["tool_calls"][data.call_index])
+        text, is_error = await self._run_tool(data.subtask_type, call)
+        await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=result_id,
+                session_id=data.thread_id,
+                role="tool",
+                kind="tool_result",
+                text=text,
+                meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
+            ),
+        )
+        return RunToolOutput(ok=not is_error, chars=len(text))
+
+    async def _run_tool(self, subtask_type: str, call: ToolCall) -> tuple[str, bool]:
+        tools = {t.spec.name: t for t in self._types[subtask_type].tools}
+        tool = tools.get(call.name)
+        if tool is None:
+            return f"There is no tool named {call.name!r}; available: {sorted(tools)}.", True
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as error:
+            return f"The arguments are not valid JSON ({error.msg}); call {call.name} again.", True
+        if not isinstance(arguments, dict):
+            return "The arguments must be a JSON object.", True
+        try:
+            return await tool(arguments), False
+        except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
+            return f"{call.name} failed: {type(error).__name__}: {error}", True
+
+
+def thread_messages(rows: list) -> list[Message]:  # type: ignore[type-arg]
+    """A branch thread's rows as model messages."""
+    out: list[Message] = []
+    for row in rows:
+        if row.kind == "step":
+            out.append(
+                Message(
+                    role="assistant",
+                    text=row.text,
+                    tool_calls=[ToolCall(**c) for c in row.meta.get("tool_calls", [])],
+                )
+            )
+        elif row.kind == "tool_result":
+            out.append(
+                Message(
+                    role="tool",
+                    text=row.text,
+                    tool_call_id=row.meta.get("tool_call_id"),
+                    tool_name=row.meta.get("tool_name"),
+                    is_error=bool(row.meta.get("is_error")),
+                )
+            )
+        else:
+            out.append(Message(role=row.role, text=row.text))
+    return out
+
+
+def _timeout() -> float:
+    """The SDK timeout: a little inside the activity's start-to-close so ours fires first."""
+    info = activity.info()
+    if info.start_to_close_timeout:
+        return max(1.0, info.start_to_close_timeout.total_seconds() - 1)
+    return 300.0

@@ -1,0 +1,173 @@
+"""Activities that read and write the session: every write is an ``append_once`` under a
+deterministic id, so retries and replays never duplicate or change a message."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from errands import ids
+from errands.activity_io import (
+    AppendAckInput,
+    AppendReplyInput,
+    BranchOutcome,
+    JoinInput,
+    OpenTaskInput,
+    OpenTaskOutput,
+    PrepareRoundInput,
+    RecordBranchInput,
+    RoundState,
+)
+from errands.catalog import subtask_id
+from errands.contracts import NewMessage
+from errands.control import SubtaskDraft
+from errands.store import SessionStore
+from errands.subtask_types import SubtaskType
+
+
+class SessionActivities:
+    def __init__(self, store: SessionStore, types: dict[str, SubtaskType]) -> None:
+        self._store = store
+        self._types = types
+
+    @activity.defn(name="open_task")
+    async def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
+        await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=ids.user_message_id(data.task_id),
+                session_id=data.session_id,
+                role="user",
+                kind="user",
+                text=data.text,
+                task_id=data.task_id,
+            ),
+        )
+        return OpenTaskOutput(types=[t.info() for t in self._types.values()])
+
+    @activity.defn(name="prepare_round")
+    async def prepare_round(self, data: PrepareRoundInput) -> RoundState:
+        return await asyncio.to_thread(self._prepare_round, data)
+
+    def _prepare_round(self, data: PrepareRoundInput) -> RoundState:
+        store = self._store
+        state = RoundState(upto_seq=store.last_seq(data.session_id))
+        reply = store.get(ids.reply_message_id(data.task_id))
+        if reply is not None:
+            state.reply = reply.text
+            return state
+        ack = store.get(ids.ack_message_id(data.task_id, data.round))
+        if ack is not None:
+            state.ack = ack.text
+            state.ack_subtasks = [SubtaskDraft(**s) for s in ack.meta.get("subtasks", [])]
+            state.ack_upto_seq = ack.meta.get("upto_seq")
+            prefix = ids.branch_rows_prefix(data.task_id, data.round)
+            state.branches = [
+                BranchOutcome(
+                    ordinal=row.meta["ordinal"],
+                    type=row.meta.get("type", ""),
+                    status=row.meta.get("status", ""),
+                    error=row.text if row.meta.get("status") != "completed" else None,
+                )
+                for row in store.list_by_prefix(data.session_id, prefix)
+            ]
+        return state
+
+    @activity.defn(name="append_ack")
+    async def append_ack(self, data: AppendAckInput) -> str:
+        row = await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=ids.ack_message_id(data.task_id, data.round),
+                session_id=data.session_id,
+                role="assistant",
+                kind="ack",
+                text=data.reply,
+                task_id=data.task_id,
+                round=data.round,
+                meta={
+                    "upto_seq": data.upto_seq,
+                    "subtasks": [s.model_dump() for s in data.subtasks],
+                },
+            ),
+        )
+        return row.text
+
+    @activity.defn(name="append_reply")
+    async def append_reply(self, data: AppendReplyInput) -> str:
+        row = await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=ids.reply_message_id(data.task_id),
+                session_id=data.session_id,
+                role="assistant",
+                kind="reply",
+                text=data.text,
+                task_id=data.task_id,
+            ),
+        )
+        return row.text
+
+    @activity.defn(name="record_branch")
+    async def record_branch(self, data: RecordBranchInput) -> None:
+        """Write a branch's row into the session; a completed branch's text is its last step."""
+        await asyncio.to_thread(self._record_branch, data)
+
+    def _record_branch(self, data: RecordBranchInput) -> None:
+        text = data.error or ""
+        if data.status == "completed":
+            steps = [r for r in self._store.list_session(data.thread_id) if r.kind == "step"]
+            text = steps[-1].text if steps else ""
+        self._store.append_once(
+            NewMessage(
+                id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
+                session_id=data.session_id,
+                role="tool",
+                kind="branch",
+                text=text,
+                task_id=data.task_id,
+                round=data.round,
+                meta={
+                    "ordinal": data.ordinal,
+                    "subtask_id": subtask_id(data.round, data.ordinal),
+                    "thread_id": data.thread_id,
+                    "status": data.status,
+                    **data.draft.model_dump(),
+                },
+            )
+        )
+
+    @activity.defn(name="deterministic_join")
+    async def deterministic_join(self, data: JoinInput) -> str | None:
+        """Deliver completed branches when no model can answer: no inference, just a join."""
+        return await asyncio.to_thread(self._join, data)
+
+    def _join(self, data: JoinInput) -> str | None:
+        rows = self._store.list_by_prefix(data.session_id, ids.branch_rows_prefix(data.task_id))
+        branches = sorted(
+            (r for r in rows if r.kind == "branch"),
+            key=lambda r: (r.round or 0, r.meta.get("ordinal", 0)),
+        )
+        done = [r for r in branches if r.meta.get("status") == "completed" and r.text.strip()]
+        if not done:
+            return None
+        text = "\n\n".join(r.text.strip() for r in done)
+        missing = len(branches) - len(done)
+        if missing:
+            text += (
+                f"\n\n(Note: {missing} of {len(branches)} subtasks did not complete, and no model "
+                "was available to write a full answer; the results above are the completed ones.)"
+            )
+        row = self._store.append_once(
+            NewMessage(
+                id=ids.reply_message_id(data.task_id),
+                session_id=data.session_id,
+                role="assistant",
+                kind="reply",
+                text=text,
+                task_id=data.task_id,
+                meta={"deterministic_join": True},
+            )
+        )
+        return row.text

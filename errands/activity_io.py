@@ -1,0 +1,144 @@
+"""Inputs and outputs of the activities: ids, positions and small decisions, never a transcript."""
+
+from __future__ import annotations
+
+
+from pydantic import BaseModel, Field
+
+from errands.contracts import Message, ModelResponse, Usage
+from errands.control import SubtaskDraft
+from errands.subtask_types import SubtaskTypeInfo
+
+
+class OpenTaskInput(BaseModel):
+    task_id: str
+    session_id: str
+    text: str
+
+
+class OpenTaskOutput(BaseModel):
+    types: list[SubtaskTypeInfo]
+    """The installed subtask types, recorded once so a replay validates against the same set."""
+
+
+class PrepareRoundInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+
+
+class BranchOutcome(BaseModel):
+    ordinal: int
+    type: str
+    status: str
+    error: str | None = None
+
+
+class RoundState(BaseModel):
+    """What the store already holds for a round: the basis of recovery without inference."""
+
+    upto_seq: int
+    """The session position this round renders up to."""
+    reply: str | None = None
+    """The task's stored reply, if a previous attempt already wrote it."""
+    ack: str | None = None
+    ack_subtasks: list[SubtaskDraft] = Field(default_factory=list)
+    ack_upto_seq: int | None = None
+    branches: list[BranchOutcome] = Field(default_factory=list)
+
+
+class RoundStepInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    upto_seq: int
+    slot: str
+    model: str
+    final_reason: str | None = None
+    """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
+    work_tools: bool = True
+    extra: list[Message] = Field(default_factory=list)
+    """This slot's own messages after the rendered session (repairs, work-tool exchanges)."""
+    max_subtasks: int = 8
+    max_output_tokens: int = 4096
+
+
+class RoundStepOutput(BaseModel):
+    response: ModelResponse
+    catalog_size: int
+    attempt: int
+    """The activity attempt that succeeded; earlier attempts were failed calls."""
+
+
+class AppendAckInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    upto_seq: int
+    reply: str
+    subtasks: list[SubtaskDraft]
+
+
+class AppendReplyInput(BaseModel):
+    task_id: str
+    session_id: str
+    text: str
+
+
+class JoinInput(BaseModel):
+    task_id: str
+    session_id: str
+
+
+class RecordBranchInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    ordinal: int
+    thread_id: str
+    draft: SubtaskDraft
+    status: str
+    error: str | None = None
+    """For a failed branch: the reason the main model reads."""
+
+
+class OpenBranchInput(BaseModel):
+    thread_id: str
+    task_id: str
+    session_id: str
+    catalog_upto_seq: int
+    prompt: str
+    references: list[int] = Field(default_factory=list)
+
+
+class BranchStepInput(BaseModel):
+    thread_id: str
+    step: int
+    model: str
+    subtask_type: str
+    last_step: bool
+    max_output_tokens: int = 4096
+
+
+class BranchStepOutput(BaseModel):
+    tool_calls: int
+    text_chars: int
+    usage: Usage
+    model: str
+    attempt: int = 1
+    replayed: bool = False
+    """True when the step was already stored: no model call was made."""
+
+
+class RunToolInput(BaseModel):
+    thread_id: str
+    step: int
+    call_index: int
+    subtask_type: str
+
+
+class RunToolOutput(BaseModel):
+    ok: bool
+    chars: int
+
+

@@ -1,0 +1,125 @@
+"""Render a session for one round: the messages the model sees and the catalog it cites.
+
+Markers and catalog come from the same single pass, so ``[ref N]`` can never drift from what
+``delegate`` references resolve to. A pure function of the stored rows and the task id: the
+round's model call, its branches and a later side question all rebuild the same view.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from itertools import groupby
+
+from errands import ids
+from errands.control import DELEGATE
+from errands.contracts import Message, StoredMessage, ToolCall
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    index: int
+    message_id: str
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RenderedSession:
+    messages: list[Message]
+    catalog: list[CatalogEntry]
+
+
+def subtask_id(round_: int, ordinal: int) -> str:
+    return f"r{round_}-b{ordinal}"
+
+
+def render_session(rows: list[StoredMessage], task_id: str) -> RenderedSession:
+    """Turn the session's rows (in seq order) into model messages and the round's catalog."""
+    branches = _branches_by_round(rows, task_id)
+    acks = {r.round: r for r in rows if r.kind == "ack" and r.task_id == task_id}
+    messages: list[Message] = []
+    catalog: list[CatalogEntry] = []
+    restored: set[int] = set()
+    for row in rows:
+        if row.kind == "ack" and row.task_id == task_id:
+            assert row.round is not None
+            if row.round in branches:
+                messages += delegate_exchange(task_id, row.round, row, branches[row.round])
+                restored.add(row.round)
+            # An acknowledgement with no branches behind it is a crash between the two writes:
+            # dropped, so the retried round decides afresh.
+            continue
+        if row.kind == "ack":
+            # Another task's acknowledgement: context, but nothing to cite.
+            messages.append(Message(role="assistant", text=row.text))
+            continue
+        if row.kind == "summary":
+            messages.append(Message(role="user", text=f"(Summary of earlier conversation)\n{row.text}"))
+            continue
+        if row.kind not in ("user", "reply") or not row.text.strip():
+            continue
+        entry = CatalogEntry(len(catalog) + 1, row.id, row.role, row.text)
+        catalog.append(entry)
+        messages.append(Message(role=row.role, text=f"[ref {entry.index}] {row.text}"))
+    # Rounds whose acknowledgement was compacted away still happened: their exchanges go last.
+    for round_ in sorted(set(branches) - restored):
+        messages += delegate_exchange(task_id, round_, acks.get(round_), branches[round_])
+    return RenderedSession(messages=messages, catalog=catalog)
+
+
+def delegate_exchange(
+    task_id: str, round_: int, ack: StoredMessage | None, branches: list[StoredMessage]
+) -> list[Message]:
+    """An earlier round's ``delegate`` call, as the model made it, with its real results."""
+    subtasks = [
+        {
+            key: b.meta[key]
+            for key in ("type", "prompt", "references", "params")
+            if b.meta.get(key) not in (None, [], {})
+        }
+        for b in branches
+    ]
+    reply = ack.text if ack is not None else "(acknowledgement no longer in the conversation)"
+    call_id = ids.delegate_call_id(task_id, round_)
+    results = [
+        {
+            "subtask_id": subtask_id(round_, b.meta["ordinal"]),
+            "type": b.meta.get("type"),
+            "status": b.meta.get("status"),
+            "output": b.text,
+        }
+        for b in branches
+    ]
+    return [
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(
+                    id=call_id,
+                    name=DELEGATE,
+                    arguments=json.dumps({"reply": reply, "subtasks": subtasks}, ensure_ascii=False),
+                )
+            ],
+        ),
+        Message(
+            role="tool",
+            tool_call_id=call_id,
+            tool_name=DELEGATE,
+            text=json.dumps(results, ensure_ascii=False, indent=1),
+        ),
+    ]
+
+
+def _branches_by_round(rows: list[StoredMessage], task_id: str) -> dict[int, list[StoredMessage]]:
+    mine = [r for r in rows if r.kind == "branch" and r.task_id == task_id and r.round is not None]
+    mine.sort(key=lambda r: (r.round or 0, r.meta.get("ordinal", 0)))
+    return {
+        round_: list(group) for round_, group in groupby(mine, key=lambda r: r.round or 0)
+    }
+
+
+def referenced_messages(catalog: list[CatalogEntry], references: list[int]) -> list[CatalogEntry]:
+    """The cited entries, in index order, verbatim (no ``[ref`` marker)."""
+    by_index = {e.index: e for e in catalog}
+    return [by_index[i] for i in sorted(references) if i in by_index]

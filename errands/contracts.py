@@ -1,0 +1,159 @@
+"""The data that crosses boundaries: model messages, requests and responses, usage, stored rows.
+
+Everything here is a pydantic model so the Temporal pydantic data converter can carry it, and
+everything here is small: the conversation itself lives in the session store and travels by
+reference (DESIGN invariant 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One tool call as a model made it. ``arguments`` is the raw JSON text, unparsed."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Message(BaseModel):
+    """One provider-neutral chat message."""
+
+    role: Role
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    """For ``role == "tool"``: the call this message answers."""
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+class ToolSpec(BaseModel):
+    """A tool offered to the model: its name, description and JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+ToolChoice = Literal["required", "auto", "none"]
+
+
+class ModelRequest(BaseModel):
+    """A provider-neutral request; providers map it to their wire format."""
+
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class ModelResponse(BaseModel):
+    """What one model call produced."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str = "stop"
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+
+
+class ModelUsage(BaseModel):
+    """Tokens and calls spent on one model, failed attempts included."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, other: ModelUsage) -> None:
+        self.calls += other.calls
+        self.failed_calls += other.failed_calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cached_tokens += other.cached_tokens
+
+
+UsagePart = Literal["rounds", "branches", "side_questions", "advisor"]
+
+
+class UsageLedger(BaseModel):
+    """A task's spending, per part of the task and per model.
+
+    ``parts[part][model]``: the same calls are never counted twice, so totals are plain sums.
+    """
+
+    parts: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
+
+    def charge(
+        self, part: UsagePart, model: str, usage: Usage | None = None, *, calls: int = 1,
+        failed_calls: int = 0,
+    ) -> None:
+        entry = self.parts.setdefault(part, {}).setdefault(model, ModelUsage())
+        u = usage or Usage()
+        entry.add(
+            ModelUsage(
+                calls=calls,
+                failed_calls=failed_calls,
+                input_tokens=u.input_tokens,
+                output_tokens=u.output_tokens,
+                cached_tokens=u.cached_tokens,
+            )
+        )
+
+    def merge(self, part: UsagePart, per_model: dict[str, ModelUsage]) -> None:
+        for model, usage in per_model.items():
+            self.parts.setdefault(part, {}).setdefault(model, ModelUsage()).add(usage)
+
+    def by_model(self) -> dict[str, ModelUsage]:
+        out: dict[str, ModelUsage] = {}
+        for per_model in self.parts.values():
+            for model, usage in per_model.items():
+                out.setdefault(model, ModelUsage()).add(usage)
+        return out
+
+    def total(self) -> ModelUsage:
+        out = ModelUsage()
+        for usage in self.by_model().values():
+            out.add(usage)
+        return out
+
+
+MessageKind = Literal["user", "ack", "reply", "branch", "summary", "note", "step", "tool_result"]
+"""What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one subtask's
+outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a compaction summary."""
+
+
+class NewMessage(BaseModel):
+    """A row to append under a deterministic id (see ``errands.ids``)."""
+
+    id: str
+    session_id: str
+    role: Role
+    kind: MessageKind
+    text: str = ""
+    task_id: str | None = None
+    round: int | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class StoredMessage(NewMessage):
+    """A row as stored: ``seq`` orders a session and never changes once assigned."""
+
+    seq: int
+    created_at: str

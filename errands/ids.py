@@ -1,0 +1,64 @@
+"""Deterministic ids: every row the system writes is named by its position, never its content.
+
+A retried or replayed activity computes the same id and ``append_once`` returns the row already
+stored (DESIGN invariant 1). Provider-facing tool-call ids keep to ``[A-Za-z0-9_-]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def user_message_id(task_id: str) -> str:
+    return f"task:{task_id}:user"
+
+
+def ack_message_id(task_id: str, round_: int) -> str:
+    return f"task:{task_id}:round:{round_}:ack"
+
+
+def reply_message_id(task_id: str) -> str:
+    return f"task:{task_id}:reply"
+
+
+def branch_row_id(task_id: str, round_: int, ordinal: int) -> str:
+    return f"task:{task_id}:round:{round_}:branch:{ordinal}"
+
+
+def branch_rows_prefix(task_id: str, round_: int | None = None) -> str:
+    """Prefix of the branch rows of one round, or of every round when ``round_`` is None."""
+    if round_ is None:
+        return f"task:{task_id}:round:"
+    return f"task:{task_id}:round:{round_}:branch:"
+
+
+def child_workflow_id(task_workflow_id: str, round_: int, ordinal: int) -> str:
+    return f"{task_workflow_id}/r{round_}/b{ordinal}"
+
+
+def thread_step_id(thread_id: str, step: int) -> str:
+    """A branch's own thread: the model's output at ``step``."""
+    return f"{thread_id}:step:{step}"
+
+
+def thread_tool_result_id(thread_id: str, step: int, call_index: int) -> str:
+    return f"{thread_id}:step:{step}:tool:{call_index}"
+
+
+def thread_instructions_id(thread_id: str) -> str:
+    return f"{thread_id}:instructions"
+
+
+def provider_safe(raw: str) -> str:
+    """A tool-call id every provider accepts (Anthropic rejects anything outside [A-Za-z0-9_-])."""
+    return _UNSAFE.sub("_", raw)
+
+
+def delegate_call_id(task_id: str, round_: int) -> str:
+    return provider_safe(f"task_{task_id}_round_{round_}_delegate")
+
+
+def repair_call_id(task_id: str, round_: int, slot: str, repair: int) -> str:
+    return provider_safe(f"task_{task_id}_round_{round_}_{slot}_repair_{repair}")

@@ -1,0 +1,66 @@
+"""Every instruction errands writes for a model, in one place."""
+
+from __future__ import annotations
+
+from errands.catalog import CatalogEntry
+from errands.subtask_types import SubtaskType
+
+FinalReason = str
+
+
+def round_instructions(
+    types: list[SubtaskType], max_subtasks: int, *, delegable: bool, final_reason: str | None
+) -> str:
+    parts = [
+        "You are errands, an agent that carries out tasks for the user inside a conversation. "
+        "Work in rounds. Each round ends with exactly one control tool call:\n"
+        "- `final_reply` when you can answer the user now;"
+    ]
+    if delegable:
+        parts[0] += (
+            "\n- `delegate` when the work is better split into independent subtasks that run in "
+            f"parallel (1 to {max_subtasks}). You will see every subtask's result in the next "
+            "round and decide again."
+        )
+    parts.append(
+        "Messages you may cite are marked [ref N]. When a subtask needs one, list N in its "
+        "`references`: the message is handed to the subtask verbatim, so never paste it into the "
+        "prompt. Subtasks see only their prompt and the messages you cite. Never answer in plain "
+        "text: the user only sees what a control tool carries."
+    )
+    if delegable:
+        guidance = "\n".join(t.guidance for t in types if t.guidance)
+        if guidance:
+            parts.append("About the subtask types:\n" + guidance)
+    if final_reason:
+        parts.append(
+            f"This is the final round: {final_reason}. Only `final_reply` is available and you "
+            "have one step. Answer with what you have; say plainly what is missing or failed."
+        )
+    return "\n\n".join(parts)
+
+
+def repair_result(error: str, tool_name: str) -> str:
+    return (
+        f"{error}\n\nThe round did not end and nothing was started. Call {tool_name} again, "
+        "keeping what was fine and fixing only what the error names."
+    )
+
+
+def no_decision(finish_reason: str, text: str) -> str:
+    return (
+        "the model ended its turn without calling a control tool "
+        f"(finish_reason={finish_reason}, text length={len(text.strip())})"
+    )
+
+
+def branch_opening(prompt: str, cited: list[CatalogEntry]) -> str:
+    if not cited:
+        return prompt
+    quoted = "\n\n".join(f"--- {entry.role} message ---\n{entry.text}" for entry in cited)
+    return f"{prompt}\n\nMessages from the conversation you were given:\n\n{quoted}"
+
+
+BRANCH_LAST_STEP = (
+    "This is your last step: no tools are available now. Answer in plain text with what you have."
+)

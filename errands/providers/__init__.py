@@ -1,0 +1,48 @@
+"""Model providers: the official SDK clients with their retries off, and one error classifier.
+
+A provider maps the neutral ``ModelRequest`` to one API's wire format and back; it raises the
+SDK's own exceptions, which the activity turns into retry posture with
+``classify_provider_error`` (DESIGN invariant 3).
+"""
+
+from typing import Protocol
+
+from errands.contracts import ModelRequest, ModelResponse
+from errands.providers._anthropic import (
+    AnthropicMessagesProvider,
+    anthropic_client,
+    anthropic_params,
+    anthropic_response,
+)
+from errands.providers._errors import ProviderErrorKind, classify_provider_error
+from errands.providers._openai import (
+    OpenAIChatProvider,
+    openai_client,
+    openai_params,
+    openai_response,
+)
+
+
+class Provider(Protocol):
+    """What a model activity needs from a provider: one call, one answer, SDK errors raised."""
+
+    name: str
+
+    async def complete(
+        self, model: str, request: ModelRequest, *, timeout: float
+    ) -> ModelResponse: ...
+
+
+__all__ = [
+    "AnthropicMessagesProvider",
+    "OpenAIChatProvider",
+    "Provider",
+    "ProviderErrorKind",
+    "anthropic_client",
+    "anthropic_params",
+    "anthropic_response",
+    "classify_provider_error",
+    "openai_client",
+    "openai_params",
+    "openai_response",
+]

@@ -1,0 +1,229 @@
+"""Retry posture for provider failures, decided here and nowhere else (DESIGN invariant 3).
+
+The SDK clients run with their own retries off, so every failure reaches this function once per
+activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one of these kinds::
+
+    transient          timeouts, connection errors, 408/409/429/5xx, overloaded
+                       -> retried by the activity retry policy, honouring retry-after
+    credential         401 (or no credentials at all)    -> non_retryable
+    permission         403                               -> non_retryable
+    unknown_model      404                               -> non_retryable
+    payload_too_large  413                               -> non_retryable
+    invalid_request    any other 4xx                     -> non_retryable
+    internal           anything else: a bug on our side  -> non_retryable
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+import time
+from datetime import timedelta
+from typing import Any, Literal
+
+import anthropic
+import openai
+from temporalio.exceptions import ApplicationError
+
+ProviderErrorKind = Literal[
+    "transient", "credential", "permission", "unknown_model", "payload_too_large",
+    "invalid_request", "internal",
+]
+
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+_TRANSIENT_STATUSES = {408, 409, 429}
+
+# Providers echo part of a rejected key back ("Incorrect API key provided: sk-ab***yz"); strip
+# anything key-shaped so no fragment of a credential reaches workflow history.
+_KEY_LIKE = re.compile(r"\b(?:sk|key|token)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
+
+_TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError, TimeoutError)
+_CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError, ConnectionError)
+_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
+# Raised when the anthropic SDK (2.x) resolves no credentials; older SDKs lack the class.
+_CREDENTIAL_ERRORS: tuple[type[BaseException], ...] = tuple(
+    c for c in [getattr(anthropic, "CredentialsError", None)] if c is not None
+)
+
+
+def classify_provider_error(error: BaseException, provider: str) -> ApplicationError:
+    """Turn one failed provider call into the error the activity raises.
+
+    The message is an instruction: which provider, what happened, what to do next.
+    """
+    if isinstance(error, _TIMEOUT_ERRORS):
+        return _failure(
+            "transient", provider,
+            f"{provider} did not answer within the call timeout; the activity retry policy will "
+            "try again (raise the model call timeout if this keeps happening)",
+        )
+    if isinstance(error, _CONNECTION_ERRORS):
+        return _failure(
+            "transient", provider,
+            f"could not reach {provider} ({_describe(error)}); the activity retry policy will try "
+            f"again - check {_URL_VARIABLES.get(provider, 'the base URL')} and the network if it "
+            "persists",
+        )
+    if isinstance(error, _STATUS_ERRORS):
+        return _classify_status(error, provider)
+    if isinstance(error, _CREDENTIAL_ERRORS) or _is_missing_anthropic_auth(error):
+        return _failure(
+            "credential", provider,
+            f"{provider} has no usable credentials ({_describe(error)}); set "
+            f"{_KEY_VARIABLES.get(provider, 'the API key')} on the worker and restart it",
+        )
+    return _failure(
+        "internal", provider,
+        f"calling {provider} failed with an unexpected {type(error).__name__}: "
+        f"{_describe(error)}; this is a bug in errands, not a provider outage - report it",
+    )
+
+
+StatusError = openai.APIStatusError | anthropic.APIStatusError
+
+
+def _classify_status(error: StatusError, provider: str) -> ApplicationError:
+    status = error.status_code
+    said = _provider_message(error)
+    key_var = _KEY_VARIABLES.get(provider, "the API key variable")
+    url_var = _URL_VARIABLES.get(provider, "the base URL variable")
+    if status in _TRANSIENT_STATUSES or status >= 500 or _error_type(error) == "overloaded_error":
+        return _failure(
+            "transient", provider,
+            f"{provider} answered HTTP {status} ({said}); the activity retry policy will try again",
+            status=status, next_retry_delay=_retry_after(error.response.headers),
+        )
+    if status == 401:
+        return _failure(
+            "credential", provider,
+            f"{provider} rejected the credentials (HTTP 401: {said}); set {key_var} to a valid key "
+            f"for the server at {_origin(error)} (change {url_var} if that is the wrong server) "
+            "and restart the worker",
+            status=status,
+        )
+    if status == 403:
+        return _failure(
+            "permission", provider,
+            f"{provider} refused the request (HTTP 403: {said}); the key in {key_var} is valid but "
+            "lacks access to this model or feature - grant it or choose another model",
+            status=status,
+        )
+    if status == 404:
+        model = _requested_model(error)
+        which = f"model {model!r}" if model else "the model (check ERRANDS_MODEL)"
+        return _failure(
+            "unknown_model", provider,
+            f"{provider} does not know {which} (HTTP 404: {said}); fix the model name in "
+            f"ERRANDS_MODEL / ERRANDS_FALLBACK_MODEL / ERRANDS_ADVISOR_MODEL, or {url_var} if it "
+            "points at the wrong server",
+            status=status,
+        )
+    if status == 413:
+        return _failure(
+            "payload_too_large", provider,
+            f"{provider} refused the request as too large (HTTP 413: {said}); retrying cannot help "
+            "- the conversation must be compacted or the input shortened",
+            status=status,
+        )
+    return _failure(
+        "invalid_request", provider,
+        f"{provider} rejected the request (HTTP {status}: {said}); retrying the same request "
+        "cannot succeed - fix the request or the model settings",
+        status=status,
+    )
+
+
+def _failure(
+    kind: ProviderErrorKind, provider: str, message: str, *, status: int | None = None,
+    next_retry_delay: timedelta | None = None,
+) -> ApplicationError:
+    return ApplicationError(
+        _redact(message),
+        {"provider": provider, "status": status},
+        type=kind,
+        non_retryable=kind != "transient",
+        next_retry_delay=next_retry_delay,
+    )
+
+
+def _retry_after(headers: Any) -> timedelta | None:
+    """Read ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        seconds = _number(value)
+        if seconds is not None:
+            return timedelta(milliseconds=seconds)
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return timedelta(seconds=seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return timedelta(seconds=max(0.0, when.timestamp() - time.time()))
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _provider_message(error: StatusError) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        # OpenAI's SDK hands over the inner error object, Anthropic's the whole envelope.
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+    return error.message
+
+
+def _error_type(error: StatusError) -> str | None:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+            return inner["type"]
+    return None
+
+
+def _requested_model(error: StatusError) -> str | None:
+    try:
+        sent = json.loads(error.request.content)
+    except (RuntimeError, TypeError, ValueError):  # a streamed or non-JSON body
+        return None
+    model = sent.get("model") if isinstance(sent, dict) else None
+    return model if isinstance(model, str) and model else None
+
+
+def _origin(error: StatusError) -> str:
+    # Scheme, host and port only: a URL's user info or query could carry a secret.
+    url = error.request.url
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}"
+
+
+def _is_missing_anthropic_auth(error: BaseException) -> bool:
+    # The anthropic SDK raises a bare TypeError at request time when it finds no credentials.
+    return isinstance(error, TypeError) and "authentication method" in str(error)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause):
+        text = f"{text} {type(cause).__name__}: {cause}"
+    return text
+
+
+def _redact(message: str) -> str:
+    return _KEY_LIKE.sub("[redacted]", message)

@@ -1,0 +1,87 @@
+"""Model names (``provider:model``) to providers, on the worker, where the credentials live."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import anthropic
+import openai
+from temporalio.exceptions import ApplicationError
+
+from errands.demo import start_demo_server
+from errands.providers import (
+    AnthropicMessagesProvider,
+    OpenAIChatProvider,
+    Provider,
+    anthropic_client,
+    openai_client,
+)
+from errands.scripted import ScriptedModelServer
+from errands.settings import DEMO_MODEL, Settings
+
+
+@dataclass(frozen=True)
+class Route:
+    provider: Provider
+    model: str
+
+
+class ModelRouter:
+    """Builds each provider's client once (retries off) and starts the demo server on first use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._providers: dict[str, Provider] = {}
+        self._lock = threading.Lock()
+        self._clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
+        self._demo_server: ScriptedModelServer | None = None
+
+    def route(self, spec: str) -> Route:
+        provider_name, model = parse_model(spec)
+        with self._lock:
+            if provider_name not in self._providers:
+                self._providers[provider_name] = self._build(provider_name)
+        return Route(self._providers[provider_name], model)
+
+    async def aclose(self) -> None:
+        """Close the SDK clients' connections and stop the demo server, if one was started."""
+        for client in self._clients:
+            await client.close()
+        self._clients.clear()
+        if self._demo_server is not None:
+            self._demo_server.stop()
+            self._demo_server = None
+
+    def _build(self, provider_name: str) -> Provider:
+        s = self._settings
+        if provider_name == "anthropic":
+            key = s.anthropic_api_key.get_secret_value() if s.anthropic_api_key else None
+            client = anthropic_client(api_key=key, base_url=s.anthropic_base_url)
+            self._clients.append(client)
+            return AnthropicMessagesProvider(client)
+        if provider_name == "openai":
+            key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
+            base_url = s.openai_base_url
+        else:
+            # The demo model runs the real OpenAI client against rules served on loopback.
+            self._demo_server = start_demo_server()
+            key, base_url = "demo", self._demo_server.openai_base_url
+        openai_sdk = openai_client(api_key=key, base_url=base_url)
+        self._clients.append(openai_sdk)
+        return OpenAIChatProvider(openai_sdk)
+
+
+def parse_model(spec: str) -> tuple[str, str]:
+    """``openai:gpt-4.1`` → ("openai", "gpt-4.1"); ``demo`` → ("demo", "demo")."""
+    if spec == DEMO_MODEL:
+        return DEMO_MODEL, DEMO_MODEL
+    provider, sep, model = spec.partition(":")
+    if not sep or provider not in ("openai", "anthropic", DEMO_MODEL) or not model:
+        raise ApplicationError(
+            f"model {spec!r} is not of the form provider:model with provider openai, anthropic "
+            "or demo (e.g. openai:gpt-4.1-mini); fix ERRANDS_MODEL or --model",
+            type="unknown_model",
+            non_retryable=True,
+        )
+    return provider, model

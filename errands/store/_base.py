@@ -1,0 +1,43 @@
+"""The session store's contract: an append-only, per-session ordered list of messages."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from errands.contracts import NewMessage, StoredMessage
+
+
+class SessionStore(Protocol):
+    """Every method is synchronous and thread-safe; activities call them from worker threads.
+
+    ``append_once`` is the only write to messages. It inserts the row when its id is absent and
+    always returns the row as stored, so a retried write never duplicates or changes a message
+    a user may already have seen. ``seq`` is assigned per session (1, 2, 3, …) in commit order
+    and never changes.
+    """
+
+    def append_once(self, message: NewMessage) -> StoredMessage: ...
+
+    def get(self, message_id: str) -> StoredMessage | None: ...
+
+    def list_session(self, session_id: str, *, upto_seq: int | None = None) -> list[StoredMessage]:
+        """The session's rows in ``seq`` order, those with ``seq <= upto_seq`` when given."""
+        ...
+
+    def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
+        """The session's rows whose id starts with ``id_prefix``, in ``seq`` order."""
+        ...
+
+    def last_seq(self, session_id: str) -> int:
+        """The highest ``seq`` of the session, 0 when it is empty."""
+        ...
+
+    def put_decision(self, session_id: str, decision_id: str, record: dict[str, Any]) -> None:
+        """Insert or overwrite one remembered decision of the session."""
+        ...
+
+    def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
+        """The session's decisions by id."""
+        ...
+
+    def close(self) -> None: ...

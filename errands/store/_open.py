@@ -1,0 +1,37 @@
+"""Choosing a backend from a URL."""
+
+from __future__ import annotations
+
+from errands.store._base import SessionStore
+from errands.store._postgres import PostgresStore
+from errands.store._sqlite import SqliteStore
+
+
+def open_store(url: str) -> SessionStore:
+    """Open (creating and migrating as needed) the session store that ``url`` names.
+
+    - ``postgresql://…`` or ``postgres://…``: PostgreSQL, tables in the connection's current
+      schema; put ``?options=-csearch_path%3Dname`` in the URL to use schema ``name``, which must
+      exist.
+    - ``sqlite:///abs/path.db``, ``sqlite://relative/path.db`` or a plain filesystem path: a
+      SQLite file, its parent directories created.
+    """
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(url)
+    path = url
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        if path.startswith("/"):
+            # SQLAlchemy spells an absolute path with four slashes; accept three or four.
+            path = "/" + path.lstrip("/")
+    elif "://" in url:
+        raise ValueError(
+            f"unsupported session store URL {url.split('://')[0]}://…; use postgresql://…, "
+            "sqlite:///abs/path.db or a plain file path"
+        )
+    if path in ("", ":memory:") or path.startswith("file:"):
+        raise ValueError(
+            f"the session store needs a SQLite file, got {url!r}: connections of an in-memory "
+            "database do not share it; give a file path"
+        )
+    return SqliteStore(path)

@@ -1,0 +1,196 @@
+"""The session store on a SQLite file: the one-machine default.
+
+Every write runs in ``BEGIN IMMEDIATE``, which takes the database's single write lock up front,
+so reading ``MAX(seq)`` and inserting ``MAX(seq) + 1`` cannot interleave with another writer, in
+this process or another one. WAL mode lets readers proceed while a writer holds that lock, and
+the busy timeout makes a second writer wait for it instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from errands.contracts import NewMessage, StoredMessage
+from errands.store._migrations import migrate_sqlite
+from errands.store._pool import Pool
+
+_COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
+_POOL_SIZE = 4
+_BUSY_TIMEOUT_S = 60.0
+
+
+class SqliteStore:
+    """A :class:`~errands.store.SessionStore` on one SQLite file (WAL mode)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._pool: Pool[sqlite3.Connection] = Pool(
+            self._connect,
+            size=_POOL_SIZE,
+            reusable=lambda conn: not conn.in_transaction,
+            close=lambda conn: conn.close(),
+            name=str(path),
+        )
+        try:
+            with self._pool.connection() as conn:
+                _enable_wal(conn)
+                self.schema_version = migrate_sqlite(conn, str(path))
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions, every BEGIN below is ours.
+        # check_same_thread=False: the pool hands a connection to one thread at a time.
+        conn = sqlite3.connect(
+            self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def append_once(self, message: NewMessage) -> StoredMessage:
+        with self._pool.connection() as conn:
+            # Retried activities mostly find their row already there: answer without the lock.
+            existing = _select_one(conn, message.id)
+        if existing is not None:
+            return existing
+        with self._write() as conn:
+            existing = _select_one(conn, message.id)
+            if existing is not None:
+                return existing
+            rows = conn.execute(
+                f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),"
+                f" ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}",
+                (
+                    message.id,
+                    message.session_id,
+                    message.session_id,
+                    message.role,
+                    message.kind,
+                    message.text,
+                    message.task_id,
+                    message.round,
+                    _dump(message.meta),
+                    _now(),
+                ),
+            ).fetchall()
+            return _to_message(rows[0])
+
+    def get(self, message_id: str) -> StoredMessage | None:
+        with self._pool.connection() as conn:
+            return _select_one(conn, message_id)
+
+    def list_session(self, session_id: str, *, upto_seq: int | None = None) -> list[StoredMessage]:
+        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ?"
+        params: tuple[Any, ...] = (session_id,)
+        if upto_seq is not None:
+            query += " AND seq <= ?"
+            params += (upto_seq,)
+        with self._pool.connection() as conn:
+            rows = conn.execute(query + " ORDER BY seq", params).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
+        # Not LIKE: SQLite's LIKE ignores ASCII case and ids may hold its wildcards `_` and `%`.
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages"
+                " WHERE session_id = ? AND substr(id, 1, length(?)) = ? ORDER BY seq",
+                (session_id, id_prefix, id_prefix),
+            ).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def last_seq(self, session_id: str) -> int:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def put_decision(self, session_id: str, decision_id: str, record: dict[str, Any]) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO decisions (session_id, decision_id, record, updated_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (session_id, decision_id)"
+                " DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+                (session_id, decision_id, _dump(record), _now()),
+            )
+
+    def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT decision_id, record FROM decisions WHERE session_id = ?"
+                " ORDER BY decision_id",
+                (session_id,),
+            ).fetchall()
+        return {row["decision_id"]: json.loads(row["record"]) for row in rows}
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL, once: the mode is a property of the file, not the connection.
+
+    Changing the mode needs the file to itself, and SQLite answers a concurrent opener with an
+    immediate SQLITE_BUSY instead of calling the busy handler, so wait here ourselves.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if err.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _select_one(conn: sqlite3.Connection, message_id: str) -> StoredMessage | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return None if row is None else _to_message(row)
+
+
+def _to_message(row: sqlite3.Row) -> StoredMessage:
+    fields = dict(row)
+    fields["meta"] = json.loads(fields["meta"])
+    return StoredMessage.model_validate(fields)
+
+
+def _dump(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")

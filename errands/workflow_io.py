@@ -1,0 +1,118 @@
+"""Inputs, outputs, queries and updates of the workflows: the contract frontends rely on.
+
+One typed model per call so fields can be added without breaking running histories. Nothing here
+carries the conversation: ids, counters and small decisions only (DESIGN invariant 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from errands.contracts import ModelUsage, UsageLedger
+
+TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
+
+ErrorKind = Literal[
+    "exhausted",
+    "credential",
+    "permission",
+    "unknown_model",
+    "invalid_request",
+    "payload_too_large",
+    "transient",
+    "internal",
+    "canceled",
+]
+"""Why a task failed. Each kind but ``exhausted``/``internal``/``canceled`` comes from a provider
+error classified in ``errands.providers.classify``."""
+
+
+class RoundSettings(BaseModel):
+    """The constants of SPEC §1, carried in the task input so a running task never changes them."""
+
+    max_subtasks: int = 8
+    """Most subtasks one ``delegate`` call may start."""
+    max_repairs: int = 3
+    """Repairs of a rejected control call per slot (so 4 attempts)."""
+    step_budget: int = 24
+    """Model steps of the main agent per task, shared by both slots and every repair."""
+    branch_step_limit: int = 12
+    """Model steps of one branch."""
+    same_failure_rounds: int = 3
+    """Rounds in a row whose branches all failed the same way before the round is final."""
+    deadline_seconds: float = 6 * 3600
+    """Wall-clock time after which the next round is final."""
+    max_output_tokens: int = 4096
+    model_timeout_seconds: float = 300
+    """Start-to-close timeout of one model call."""
+    model_max_attempts: int = 6
+    """Attempts of one model call on transient errors before the slot gives up."""
+    round_retry_limit: int = 5
+    """Times a round failed as transient is retried (with a growing wait) before the task fails."""
+    round_retry_seconds: float = 30
+    """First wait before a transient round is retried; doubles each time."""
+
+
+class TaskInput(BaseModel):
+    task_id: str
+    """Also the workflow id."""
+    session_id: str
+    text: str
+    model: str
+    """``provider:model`` of the primary slot, resolved by the frontend (``demo`` offline)."""
+    fallback_model: str | None = None
+    headless: bool = False
+    """No one will answer questions: ``ask_user`` gets an explicit assumption result."""
+    settings: RoundSettings = Field(default_factory=RoundSettings)
+
+
+class TaskError(BaseModel):
+    kind: ErrorKind
+    message: str
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    session_id: str
+    status: TaskStatusName
+    reply: str | None = None
+    error: TaskError | None = None
+    rounds: int = 0
+    steps: int = 0
+    usage: UsageLedger = Field(default_factory=UsageLedger)
+
+
+class TaskStatus(TaskResult):
+    """What ``errands status`` shows: the result so far, plus the live part."""
+
+    round: int = 0
+    phase: str = ""
+    """What the task is doing right now, in a few words."""
+    pending_question: dict[str, Any] | None = None
+
+
+class SubtaskInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    ordinal: int
+    subtask_type: str
+    prompt: str
+    references: list[int] = Field(default_factory=list)
+    """Catalog indexes, resolved by the branch's activity against ``catalog_upto_seq``."""
+    catalog_upto_seq: int
+    params: dict[str, Any] = Field(default_factory=dict)
+    model: str
+    step_limit: int
+    model_timeout_seconds: float = 300
+    model_max_attempts: int = 6
+    max_output_tokens: int = 4096
+
+
+class SubtaskResult(BaseModel):
+    status: Literal["completed", "failed"]
+    error: str | None = None
+    steps: int = 0
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)

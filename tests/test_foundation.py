@@ -1,0 +1,230 @@
+"""A task runs end to end on the real dev server, through the real SDK clients (issue: foundation)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import SessionActivities
+from errands.activity_io import AppendReplyInput, OpenTaskInput, OpenTaskOutput
+from errands.contracts import NewMessage
+from errands.routing import ModelRouter
+from errands.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.subtask_types import load_types
+from errands.workflow_io import RoundSettings, TaskResult
+from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, run_cli
+from tests.helpers import (
+    ACTIVITY_SCHEDULED,
+    ACTIVITY_STARTED,
+    events_of,
+    history_bytes,
+    history_events,
+    start_task,
+)
+from worker import WORKFLOWS, build_activities
+
+FAST = RoundSettings(model_max_attempts=4)
+
+
+def final(text: str) -> Reply:
+    return Reply(calls=[Call("final_reply", {"text": text})])
+
+
+async def test_cli_runs_a_task_on_openai(worker, cli_env, scripted: ScriptedModelServer, store) -> None:
+    scripted.script("gpt-test", final("The answer is 42."))
+    result = await run_cli({**cli_env, "ERRANDS_MODEL": "openai:gpt-test"}, "run", "What is it?", "--json")
+    assert result.code == 0, result.stderr
+    state = result.json()
+    assert state["status"] == "replied"
+    assert state["reply"] == "The answer is 42."
+    assert state["usage"]["parts"]["rounds"]["openai:gpt-test"]["calls"] == 1
+    request = scripted.requests_for("gpt-test")[0]
+    assert request.api == "openai"
+    assert request.body["tool_choice"] == "required"
+    assert request.body["messages"][-1]["content"] == "[ref 1] What is it?"
+
+
+async def test_cli_runs_a_task_on_anthropic(worker, cli_env, scripted: ScriptedModelServer) -> None:
+    scripted.script("claude-test", final("Bonjour."))
+    result = await run_cli(
+        {**cli_env, "ERRANDS_MODEL": "anthropic:claude-test"}, "run", "Say hello in French", "--json"
+    )
+    assert result.code == 0, result.stderr
+    assert result.json()["status"] == "replied"
+    assert result.json()["reply"] == "Bonjour."
+    request = scripted.requests_for("claude-test")[0]
+    assert request.api == "anthropic"
+    assert request.body["tool_choice"] == {"type": "any"}
+
+
+async def test_status_and_history_show_the_task(worker, cli_env, scripted: ScriptedModelServer) -> None:
+    scripted.script("gpt-test", final("Done."))
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    env = {**cli_env, "ERRANDS_MODEL": "openai:gpt-test"}
+    run = (await run_cli(env, "run", "hello", "--session", session, "--json")).json()
+    status = await run_cli(env, "status", run["task_id"], "--json")
+    assert status.json()["status"] == "replied"
+    history = (await run_cli(env, "history", session, "--json")).json()
+    assert [(m["id"], m["role"], m["text"]) for m in history["messages"]] == [
+        (f"task:{run['task_id']}:user", "user", "hello"),
+        (f"task:{run['task_id']}:reply", "assistant", "Done."),
+    ]
+
+
+async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-test", Fail(429, "slow down", headers={"retry-after": "2"}), final("ok"))
+    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST)
+    result = await handle.result()
+    assert result.status == "replied"
+    first, second = scripted.requests_for("gpt-test")
+    assert second.received_at - first.received_at >= 1.9
+    events = await history_events(handle)
+    started = events_of(events, ACTIVITY_STARTED)
+    scheduled = events_of(events, ACTIVITY_SCHEDULED)
+    round_step = next(
+        i for i, e in enumerate(scheduled)
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "round_step"
+    )
+    step_started = next(
+        e for e in started
+        if e.activity_task_started_event_attributes.scheduled_event_id == scheduled[round_step].event_id
+    )
+    assert step_started.activity_task_started_event_attributes.attempt == 2
+    waited = step_started.event_time.ToDatetime() - scheduled[round_step].event_time.ToDatetime()
+    assert waited >= timedelta(seconds=1.9)
+    assert result.usage.parts["rounds"]["openai:gpt-test"].failed_calls == 1
+
+
+async def test_a_500_is_retried(client: Client, worker, settings: Settings, scripted: ScriptedModelServer) -> None:
+    scripted.script("gpt-test", Fail(500, "boom"), final("recovered"))
+    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST)
+    assert (await handle.result()).reply == "recovered"
+    assert len(scripted.requests_for("gpt-test")) == 2
+
+
+async def test_a_timeout_is_retried(client: Client, worker, settings: Settings, scripted: ScriptedModelServer) -> None:
+    scripted.script("gpt-test", Reply(calls=[Call("final_reply", {"text": "late"})], delay=6), final("on time"))
+    quick = RoundSettings(model_timeout_seconds=3, model_max_attempts=3)
+    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=quick)
+    assert (await handle.result()).reply == "on time"
+
+
+async def test_a_401_fails_the_task_at_once_with_kind_credential(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-test", Fail(401, "invalid api key"))
+    handle = await start_task(
+        client, settings.task_queue, "hi", model="openai:gpt-test", fallback_model="openai:gpt-fallback",
+        settings=FAST,
+    )
+    result = await handle.result()
+    assert result.status == "failed"
+    assert result.error is not None and result.error.kind == "credential"
+    assert "openai" in result.error.message and "OPENAI_API_KEY" in result.error.message
+    assert len(scripted.requests) == 1, "no retry and no fallback on a dead credential"
+
+
+async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-test", Reply(text="I will now answer the question."))
+    scripted.script("gpt-fallback", final("fallback answer"))
+    handle = await start_task(
+        client, settings.task_queue, "hi", model="openai:gpt-test", fallback_model="openai:gpt-fallback"
+    )
+    result = await handle.result()
+    assert result.reply == "fallback answer"
+    assert result.steps == 2
+
+
+async def test_narration_on_every_slot_fails_the_task_as_exhausted(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-test", Reply(text="Sure, I can help with that."))
+    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test")
+    result = await handle.result()
+    assert result.status == "failed" and result.error is not None
+    assert result.error.kind == "exhausted"
+    assert "finish_reason=stop" in result.error.message and "text length=27" in result.error.message
+
+
+async def test_writes_retried_after_they_landed_leave_each_message_once(
+    client: Client, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    """Fault injection: the first attempt of each write activity fails after its write landed."""
+    real = SessionActivities(store, {})
+
+    @activity.defn(name="open_task")
+    async def open_task(data: OpenTaskInput) -> OpenTaskOutput:
+        out = await real.open_task(data)
+        if activity.info().attempt == 1:
+            raise RuntimeError("injected: worker lost after the write")
+        return out
+
+    @activity.defn(name="append_reply")
+    async def append_reply(data: AppendReplyInput) -> str:
+        out = await real.append_reply(data)
+        if activity.info().attempt == 1:
+            raise RuntimeError("injected: worker lost after the write")
+        return out
+
+    queue = f"faults-{uuid.uuid4().hex[:6]}"
+    replaced = {"open_task": open_task, "append_reply": append_reply}
+    router = ModelRouter(settings)
+    activities = [
+        replaced.get(a.__name__, a)
+        for a in build_activities(store, router, load_types(settings.subtask_types))
+    ]
+    async with Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities):
+        scripted.script("gpt-test", final("exactly once"))
+        handle = await start_task(client, queue, "write me once", model="openai:gpt-test")
+        result = await handle.result()
+    await router.aclose()
+    assert result.reply == "exactly once"
+    rows = store.list_session(result.session_id)
+    assert [(r.id, r.text) for r in rows] == [
+        (f"task:{result.task_id}:user", "write me once"),
+        (f"task:{result.task_id}:reply", "exactly once"),
+    ]
+
+
+async def test_no_secret_reaches_the_history(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-test", final("fine"))
+    scripted.script("claude-test", final("fine"))
+    for model in ("openai:gpt-test", "anthropic:claude-test"):
+        handle = await start_task(client, settings.task_queue, "hi", model=model)
+        await handle.result()
+        exported = (await handle.fetch_history()).to_json()
+        assert OPENAI_KEY not in exported and ANTHROPIC_KEY not in exported
+    assert any(OPENAI_KEY in json.dumps(r.headers) for r in scripted.requests), "the key was used"
+
+
+async def test_history_size_does_not_grow_with_the_session(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    sizes = {}
+    for prior in (10, 500):
+        session = f"long-{prior}-{uuid.uuid4().hex[:6]}"
+        for i in range(prior):
+            store.append_once(NewMessage(
+                id=f"seed:{session}:{i}", session_id=session, role="user" if i % 2 == 0 else "assistant",
+                kind="user" if i % 2 == 0 else "reply", text=f"{i:05d} " + "x" * 2042,
+            ))
+        scripted.script("gpt-test", final("a short reply"))
+        handle = await start_task(client, settings.task_queue, "summarise", model="openai:gpt-test", session=session)
+        result: TaskResult = await handle.result()
+        assert result.status == "replied"
+        sizes[prior] = await history_bytes(handle)
+    assert len(scripted.requests[-1].raw) > 500 * 2000, "the model did see the whole session"
+    assert sizes[500] <= sizes[10] * 1.10, sizes

@@ -1,0 +1,335 @@
+"""The scripted model server, driven by the real openai and anthropic SDK clients over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from errands.contracts import Usage
+from errands.scripted import Call, Fail, RecordedRequest, Reply, Reset, ScriptedModelServer
+
+Server = ScriptedModelServer
+# Typed loosely: the two SDKs want different TypedDicts for the same literal.
+USER: list[Any] = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with ScriptedModelServer() as scripted:
+        yield scripted
+
+
+def openai_sdk(server: Server) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(api_key="sk-test", base_url=server.openai_base_url, max_retries=0)
+
+
+def anthropic_sdk(server: Server) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        api_key="sk-ant-test", base_url=server.anthropic_base_url, max_retries=0
+    )
+
+
+async def ask_openai(server: Server, model: str = "gpt-test", timeout: float = 10):
+    async with openai_sdk(server) as client:
+        return await client.chat.completions.create(model=model, messages=USER, timeout=timeout)
+
+
+async def ask_anthropic(server: Server, model: str = "claude-test", timeout: float = 10):
+    async with anthropic_sdk(server) as client:
+        return await client.messages.create(
+            model=model, max_tokens=100, messages=USER, timeout=timeout
+        )
+
+
+async def test_openai_text_reply_arrives_as_a_chat_completion(server: Server) -> None:
+    server.script("gpt-test", Reply("hi there"))
+
+    completion = await ask_openai(server)
+
+    assert completion.object == "chat.completion"
+    assert completion.model == "gpt-test"
+    assert completion.choices[0].message.content == "hi there"
+    assert completion.choices[0].message.tool_calls is None
+    assert completion.choices[0].finish_reason == "stop"
+    server.assert_done()
+
+
+async def test_openai_tool_calls_get_deterministic_ids_and_verbatim_arguments(
+    server: Server,
+) -> None:
+    server.script(
+        "gpt-test", Reply("ok"), Reply(calls=[Call("search", {"q": "x"}), Call("broken", '{"q": ')])
+    )
+
+    await ask_openai(server)
+    completion = await ask_openai(server)
+
+    message = completion.choices[0].message
+    assert message.content is None
+    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == [
+        ("call_1_0", "search", '{"q": "x"}'),
+        ("call_1_1", "broken", '{"q": '),
+    ]
+    assert completion.choices[0].finish_reason == "tool_calls"
+
+
+async def test_anthropic_text_reply_arrives_as_a_message(server: Server) -> None:
+    server.script("claude-test", Reply("hi there"))
+
+    message = await ask_anthropic(server)
+
+    assert message.type == "message"
+    assert message.model == "claude-test"
+    assert [(b.type, b.text) for b in message.content] == [("text", "hi there")]
+    assert message.stop_reason == "end_turn"
+
+
+async def test_anthropic_tool_calls_send_malformed_arguments_as_a_raw_string(
+    server: Server,
+) -> None:
+    server.script(
+        "claude-test",
+        Reply("let me look", calls=[Call("search", {"q": "x"}), Call("broken", "[1, 2")]),
+    )
+
+    message = await ask_anthropic(server)
+
+    text, good, bad = message.content
+    assert text.type == "text" and text.text == "let me look"
+    assert (good.type, good.id, good.name, good.input) == (
+        "tool_use",
+        "toolu_0_0",
+        "search",
+        {"q": "x"},
+    )
+    assert (bad.type, bad.id, bad.name, bad.input) == ("tool_use", "toolu_0_1", "broken", "[1, 2")
+    assert message.stop_reason == "tool_use"
+
+
+async def test_scripted_usage_with_cached_tokens_is_reported_on_both_apis(
+    server: Server,
+) -> None:
+    usage = Usage(input_tokens=1000, output_tokens=50, cached_tokens=800)
+    server.script("gpt-test", Reply("a", usage=usage))
+    server.script("claude-test", Reply("b", usage=usage))
+
+    completion = await ask_openai(server)
+    message = await ask_anthropic(server)
+
+    assert completion.usage is not None
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (1000, 50)
+    assert completion.usage.prompt_tokens_details.cached_tokens == 800
+    # Anthropic reports cache reads apart from input tokens.
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (200, 800)
+    assert [r.reported_usage for r in server.requests] == [usage, usage]
+
+
+async def test_default_usage_is_derived_from_the_request_and_reply(
+    server: Server,
+) -> None:
+    server.script("gpt-test", Reply("x" * 40, calls=[Call("f")]))
+
+    completion = await ask_openai(server)
+
+    recorded = server.requests[0]
+    expected = Usage(input_tokens=len(recorded.raw) // 4, output_tokens=10 + 10)
+    assert recorded.reported_usage == expected
+    assert completion.usage is not None and completion.usage.prompt_tokens == expected.input_tokens
+
+
+async def test_a_scripted_finish_reason_overrides_the_default(server: Server) -> None:
+    server.script("gpt-test", Reply("cut", finish_reason="length"))
+
+    completion = await ask_openai(server)
+
+    assert completion.choices[0].finish_reason == "length"
+
+
+async def test_fail_answers_with_its_status_headers_and_an_openai_error_body(
+    server: Server,
+) -> None:
+    server.script("gpt-test", Fail(429, "slow down", headers={"retry-after": "2"}))
+
+    with pytest.raises(openai.RateLimitError) as raised:
+        await ask_openai(server)
+
+    assert raised.value.status_code == 429
+    assert raised.value.response.headers["retry-after"] == "2"
+    assert raised.value.body == {
+        "message": "slow down",
+        "type": "rate_limit_exceeded",
+        "code": None,
+    }
+    assert server.requests[0].reported_usage is None
+
+
+async def test_fail_answers_with_an_anthropic_error_body(server: Server) -> None:
+    server.script("claude-test", Fail(529, "busy"))
+
+    with pytest.raises(anthropic.OverloadedError) as raised:
+        await ask_anthropic(server)
+
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "busy"},
+    }
+
+
+@pytest.mark.parametrize("ask", [ask_openai, ask_anthropic], ids=["openai", "anthropic"])
+async def test_reset_drops_the_connection_without_an_answer(server: Server, ask) -> None:
+    server.script("gpt-test", Reset())
+    server.script("claude-test", Reset())
+
+    with pytest.raises((openai.APIConnectionError, anthropic.APIConnectionError)) as raised:
+        await ask(server)
+
+    assert not isinstance(raised.value, (openai.APITimeoutError, anthropic.APITimeoutError))
+    assert isinstance(server.requests[0].answered, Reset)
+
+
+async def test_a_delayed_reply_does_not_hold_up_other_requests(server: Server) -> None:
+    server.script("slow", Reply("slow", delay=1.0))
+    server.script("fast", Reply("fast"))
+    finished: list[str] = []
+
+    async def ask(model: str) -> None:
+        completion = await ask_openai(server, model)
+        finished.append(completion.choices[0].message.content or "")
+
+    slow = asyncio.create_task(ask("slow"))
+    await asyncio.sleep(0.1)
+    await ask("fast")
+    await slow
+
+    assert finished == ["fast", "slow"]
+
+
+async def test_an_unexpected_call_is_refused_with_400_and_recorded(
+    server: Server,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await ask_openai(server, "nobody-scripted-me")
+
+    assert "unexpected call for model nobody-scripted-me (no scripted step left)" in str(
+        raised.value
+    )
+    assert [r.model for r in server.unexpected] == ["nobody-scripted-me"]
+    with pytest.raises(AssertionError, match="nobody-scripted-me"):
+        server.assert_done()
+
+
+async def test_leftover_steps_make_assert_done_fail(server: Server) -> None:
+    server.script("gpt-test", Reply("used"), Reply("never used"), Fail(500))
+
+    await ask_openai(server)
+
+    assert server.pending() == {"gpt-test": 2}
+    with pytest.raises(AssertionError, match="2 scripted step.*'gpt-test'"):
+        server.assert_done()
+
+
+async def test_the_responder_answers_what_the_script_does_not(server: Server) -> None:
+    server.responder = lambda request: Reply(f"echo {request.body['messages'][-1]['content']}")
+    server.script("gpt-test", Reply("scripted first"))
+
+    first = await ask_openai(server)
+    second = await ask_openai(server)
+
+    assert first.choices[0].message.content == "scripted first"
+    assert second.choices[0].message.content == "echo hello"
+    server.assert_done()
+
+
+async def test_a_callable_step_sees_the_recorded_request(server: Server) -> None:
+    seen: list[RecordedRequest] = []
+
+    def step(request: RecordedRequest) -> Reply:
+        seen.append(request)
+        return Reply(f"you sent {len(request.body['messages'])} message(s) to {request.api}")
+
+    server.script("claude-test", step)
+
+    message = await ask_anthropic(server)
+
+    assert message.content[0].text == "you sent 1 message(s) to anthropic"
+    assert seen[0].model == "claude-test" and json.loads(seen[0].raw) == seen[0].body
+    assert isinstance(server.requests[0].answered, Reply)
+
+
+async def test_a_raising_callable_step_is_refused_loudly(server: Server) -> None:
+    def step(request: RecordedRequest) -> Reply:
+        raise RuntimeError("bad script")
+
+    server.script("gpt-test", step)
+
+    with pytest.raises(openai.BadRequestError, match="bad script"):
+        await ask_openai(server)
+    with pytest.raises(AssertionError):
+        server.assert_done()
+
+
+async def test_requests_are_recorded_per_model_and_reset_forgets_them(
+    server: Server,
+) -> None:
+    server.script("a", Reply("1"), Reply("2"))
+    server.script("b", Reply("3"), Reply("4"))
+
+    await ask_openai(server, "a")
+    await ask_anthropic(server, "b")
+
+    assert [(r.api, r.model) for r in server.requests] == [("openai", "a"), ("anthropic", "b")]
+    assert [r.api for r in server.requests_for("b")] == ["anthropic"]
+    assert server.requests[0].headers["Authorization"] == "Bearer sk-test"
+    server.reset()
+    assert (server.requests, server.unexpected, server.pending()) == ([], [], {})
+    server.assert_done()
+
+
+def test_the_server_serves_synchronous_clients_and_frees_its_port_on_stop() -> None:
+    with ScriptedModelServer() as server:
+        server.script("gpt-test", Reply("sync"))
+        port = int(server.anthropic_base_url.rsplit(":", 1)[1])
+        with openai.OpenAI(
+            api_key="sk-test", base_url=server.openai_base_url, max_retries=0
+        ) as client:
+            completion = client.chat.completions.create(model="gpt-test", messages=USER, timeout=10)
+        assert completion.choices[0].message.content == "sync"
+
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    with pytest.raises(RuntimeError, match="start"):
+        _ = server.openai_base_url
+
+
+async def test_a_streaming_request_is_refused_loudly(server: Server) -> None:
+    async with openai_sdk(server) as client:
+        with pytest.raises(openai.BadRequestError, match="streaming is not scripted"):
+            await client.chat.completions.create(model="gpt-test", messages=USER, stream=True)
+
+    assert len(server.unexpected) == 1
+
+
+async def test_a_responder_returning_none_declines_the_call(server: Server) -> None:
+    server.responder = lambda request: None
+
+    with pytest.raises(anthropic.BadRequestError, match="no scripted step left"):
+        await ask_anthropic(server)
+
+    assert [r.model for r in server.unexpected] == ["claude-test"]
+
+
+async def test_a_body_that_is_not_json_is_recorded_and_refused(server: Server) -> None:
+    url = f"{server.openai_base_url}/chat/completions"
+    async with aiohttp.ClientSession() as session, session.post(url, data=b"{oops") as answer:
+        assert answer.status == 400
+        assert "not a JSON object" in (await answer.json())["error"]["message"]
+
+    assert [r.raw for r in server.unexpected] == [b"{oops"]

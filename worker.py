@@ -1,0 +1,82 @@
+"""The errands worker: composes the store, the model router, the activities and the workflows.
+
+Run it with ``errands worker`` (or ``python worker.py``); it connects to ``TEMPORAL_ADDRESS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import ModelActivities, SessionActivities
+from errands.client import connect
+from errands.routing import ModelRouter
+from errands.settings import Settings, load_settings
+from errands.store import SessionStore, open_store
+from errands.subtask_types import SubtaskType, load_types
+from workflows import SubtaskWorkflow, TaskWorkflow
+
+WORKFLOWS = [TaskWorkflow, SubtaskWorkflow]
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    store: SessionStore | None = None,
+    router: ModelRouter | None = None,
+    **worker_options: object,
+) -> Worker:
+    """A worker for every errands workflow and activity on ``settings.task_queue``."""
+    store = store or open_store(settings.session_database_url())
+    router = router or ModelRouter(settings)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=build_activities(store, router, load_types(settings.subtask_types)),
+        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
+        **worker_options,  # type: ignore[arg-type]
+    )
+
+
+def build_activities(
+    store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+) -> list[Callable[..., Any]]:
+    session = SessionActivities(store, types)
+    models = ModelActivities(store, router, types)
+    return [
+        session.open_task,
+        session.prepare_round,
+        session.append_ack,
+        session.append_reply,
+        session.record_branch,
+        session.deterministic_join,
+        models.round_step,
+        models.open_branch,
+        models.branch_step,
+        models.run_branch_tool,
+    ]
+
+
+async def run_worker(settings: Settings) -> None:
+    if not settings.temporal_address:
+        raise SystemExit(
+            "errands worker: TEMPORAL_ADDRESS is not set; point it at a Temporal frontend "
+            "(or run `errands dev` for the embedded stack)"
+        )
+    client = await connect(settings.temporal_address, settings.temporal_namespace)
+    worker = build_worker(client, settings)
+    logging.getLogger("errands").info("worker polling %s", settings.task_queue)
+    await worker.run()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(run_worker(load_settings()))

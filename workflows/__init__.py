@@ -1,0 +1,6 @@
+"""Deterministic orchestration only: no I/O, no clocks, no randomness."""
+
+from workflows._subtask import SubtaskWorkflow
+from workflows._task import TaskWorkflow
+
+__all__ = ["SubtaskWorkflow", "TaskWorkflow"]

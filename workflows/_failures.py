@@ -1,0 +1,45 @@
+"""Reading an activity or child failure: its kind, whether time may clear it, and its words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    RetryState,
+    TimeoutError,
+)
+
+from workflows._options import NON_RECOVERABLE
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str
+    message: str
+    attempts: int = 1
+
+    @property
+    def non_recoverable(self) -> bool:
+        return self.kind in NON_RECOVERABLE
+
+    @property
+    def transient(self) -> bool:
+        return self.kind == "transient"
+
+
+def describe(error: BaseException, max_attempts: int = 1) -> Failure:
+    """The innermost application failure behind an activity or child error."""
+    cause: BaseException | None = error
+    attempts = 1
+    if isinstance(error, ActivityError) and error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        attempts = max_attempts
+    while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, ApplicationError):
+        return Failure(cause.type or "internal", cause.message, attempts)
+    if isinstance(cause, TimeoutError):
+        return Failure("transient", f"timed out ({cause.type.name if cause.type else 'timeout'})", attempts)
+    return Failure("internal", str(cause), attempts)

@@ -1,0 +1,28 @@
+"""Activity options shared by the workflows: Temporal owns every retry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+NON_RECOVERABLE = ["credential", "permission", "unknown_model", "invalid_request", "payload_too_large", "internal"]
+"""Kinds no retry or fallback can clear: the same dead credential would be presented again."""
+
+STORE_TIMEOUT = timedelta(seconds=30)
+STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=30,
+    non_retryable_error_types=["internal"],
+)
+
+
+def model_retry(max_attempts: int) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=max_attempts,
+        non_retryable_error_types=NON_RECOVERABLE,
+    )
