@@ -207,7 +207,7 @@ class ScriptedModelServer:
         self.stop()
 
     async def _open(self, sock: socket.socket) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)  # real providers take large contexts
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/v1/messages", self._handle_anthropic)
         # Cancellation on client disconnect lets a timed-out delayed reply end at once instead of

@@ -66,3 +66,61 @@ ACTIVITY_SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 CHILD_INITIATED = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
 WORKFLOW_TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 WORKFLOW_TASK_FAILED = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+
+
+def is_branch_request(request: Any) -> bool:
+    """Round requests always offer ``final_reply``; a branch's never does."""
+    names = [t["function"]["name"] for t in request.body.get("tools", [])] if request.api == "openai" else [
+        t["name"] for t in request.body.get("tools", [])
+    ]
+    return "final_reply" not in names
+
+
+class Conversation:
+    """One scripted model playing both parts of a task: the main rounds, in order, and every
+    branch through ``branch`` (branches run concurrently, so their order is not scripted)."""
+
+    def __init__(self, main: list[Any], branch: Any, *, branches: int) -> None:
+        self._main = list(main)
+        self._branch = branch
+        self.calls = len(main) + branches
+        self.main_requests: list[Any] = []
+        self.branch_requests: list[Any] = []
+
+    def __call__(self, request: Any) -> Any:
+        if is_branch_request(request):
+            self.branch_requests.append(request)
+            return self._branch(request)
+        self.main_requests.append(request)
+        return self._main.pop(0)
+
+    def install(self, server: Any, model: str) -> Conversation:
+        server.script(model, *[self] * self.calls)
+        return self
+
+
+HISTORIES = __import__("pathlib").Path(__file__).parent / "histories"
+
+
+async def keep_history(client: Client, workflow_id: str, name: str) -> None:
+    """With ERRANDS_RECORD_HISTORIES=1, save this workflow's history for the replay test."""
+    import json
+    import os
+
+    if not os.environ.get("ERRANDS_RECORD_HISTORIES"):
+        return
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    events = _without_stack_traces(json.loads(history.to_json()))
+    (HISTORIES / f"{name}.json").write_text(
+        json.dumps({"workflow_id": workflow_id, "history": events}, indent=1)
+    )
+
+
+def _without_stack_traces(value: Any) -> Any:
+    """Stack traces name this machine's paths and play no part in replay."""
+    if isinstance(value, dict):
+        return {k: _without_stack_traces(v) for k, v in value.items() if k != "stackTrace"}
+    if isinstance(value, list):
+        return [_without_stack_traces(v) for v in value]
+    return value

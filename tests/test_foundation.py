@@ -21,6 +21,7 @@ from errands.subtask_types import load_types
 from errands.workflow_io import RoundSettings, TaskResult
 from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, run_cli
 from tests.helpers import (
+    keep_history,
     ACTIVITY_SCHEDULED,
     ACTIVITY_STARTED,
     events_of,
@@ -102,6 +103,7 @@ async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
     waited = step_started.event_time.ToDatetime() - scheduled[round_step].event_time.ToDatetime()
     assert waited >= timedelta(seconds=1.9)
     assert result.usage.parts["rounds"]["openai:gpt-test"].failed_calls == 1
+    await keep_history(client, handle.id, "retry_after_429")
 
 
 async def test_a_500_is_retried(client: Client, worker, settings: Settings, scripted: ScriptedModelServer) -> None:
@@ -131,6 +133,7 @@ async def test_a_401_fails_the_task_at_once_with_kind_credential(
     assert result.error is not None and result.error.kind == "credential"
     assert "openai" in result.error.message and "OPENAI_API_KEY" in result.error.message
     assert len(scripted.requests) == 1, "no retry and no fallback on a dead credential"
+    await keep_history(client, handle.id, "credential_401")
 
 
 async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
@@ -144,6 +147,7 @@ async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
     result = await handle.result()
     assert result.reply == "fallback answer"
     assert result.steps == 2
+    await keep_history(client, handle.id, "narration_then_fallback")
 
 
 async def test_narration_on_every_slot_fails_the_task_as_exhausted(

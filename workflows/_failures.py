@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import asyncio
+
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     RetryState,
     TimeoutError,
@@ -31,7 +34,16 @@ class Failure:
 
 
 def describe(error: BaseException, max_attempts: int = 1) -> Failure:
-    """The innermost application failure behind an activity or child error."""
+    """The innermost application failure behind an activity or child error.
+
+    A cancellation is not a failure to describe: it is raised on as ``asyncio.CancelledError`` so
+    the workflow ends canceled instead of recording the branch or round as failed.
+    """
+    cancelled = isinstance(error, (ActivityError, ChildWorkflowError)) and isinstance(
+        error.cause, CancelledError
+    )
+    if cancelled:
+        raise asyncio.CancelledError(str(error))
     cause: BaseException | None = error
     attempts = 1
     if isinstance(error, ActivityError) and error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:

@@ -1,0 +1,323 @@
+"""Rounds of delegation on the real dev server and the real SDK clients (SPEC §1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import CancelledError
+
+from errands.contracts import NewMessage
+from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.workflow_io import RoundSettings
+from tests.conftest import run_cli
+from tests.helpers import (
+    CHILD_INITIATED,
+    Conversation,
+    events_of,
+    history_bytes,
+    history_events,
+    keep_history,
+    start_task,
+)
+
+MODEL = "openai:gpt-main"
+
+
+def final(text: str) -> Reply:
+    return Reply(calls=[Call("final_reply", {"text": text})])
+
+
+def delegate(*subtasks: dict[str, Any], reply: str = "Working on it.") -> Reply:
+    return Reply(calls=[Call("delegate", {"reply": reply, "subtasks": list(subtasks)})])
+
+
+def general(prompt: str, *refs: int) -> dict[str, Any]:
+    return {"type": "general", "prompt": prompt, "references": list(refs)}
+
+
+def branch_prompt(request: RecordedRequest) -> str:
+    return next(m["content"] for m in request.body["messages"] if m["role"] == "user")
+
+
+def answer_branch(request: RecordedRequest) -> Reply:
+    return Reply(text=f"result for: {branch_prompt(request).splitlines()[0]}", delay=0.5)
+
+
+def tool_messages(request: RecordedRequest) -> list[dict[str, Any]]:
+    return [m for m in request.body["messages"] if m["role"] == "tool"]
+
+
+async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
+    worker, cli_env, client: Client, scripted: ScriptedModelServer
+) -> None:
+    text = "Compare Lisbon, Porto and Madrid for a weekend trip."
+    convo = Conversation(
+        [
+            delegate(general("About Lisbon", 1), general("About Porto", 1), general("About Madrid", 1)),
+            final("Lisbon wins."),
+        ],
+        answer_branch,
+        branches=3,
+    ).install(scripted, "gpt-main")
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    env = {**cli_env, "ERRANDS_MODEL": MODEL}
+    run = await run_cli(env, "run", text, "--session", session, "--json")
+    assert run.code == 0, run.stderr
+    state = run.json()
+    assert state["status"] == "replied" and state["reply"] == "Lisbon wins."
+
+    # The three children were started by one workflow task, and ran at the same time.
+    events = await history_events(client.get_workflow_handle(state["task_id"]))
+    starts = events_of(events, CHILD_INITIATED)
+    assert len(starts) == 3
+    assert len({e.start_child_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id for e in starts}) == 1
+    assert [e.start_child_workflow_execution_initiated_event_attributes.workflow_id for e in starts] == [
+        f"{state['task_id']}/r0/b{k}" for k in (1, 2, 3)
+    ]
+    received = sorted(r.received_at for r in convo.branch_requests)
+    assert received[-1] - received[0] < 0.5, "every branch was asked before any answered"
+
+    # Each branch saw the cited message verbatim and no catalog marker.
+    for request in convo.branch_requests:
+        raw = request.raw.decode()
+        assert text in branch_prompt(request)
+        assert "[ref" not in raw
+
+    # Round 1 saw the real delegate call and a tool result with the three outputs.
+    round1 = convo.main_requests[1]
+    calls = [m for m in round1.body["messages"] if m.get("tool_calls")]
+    assert calls[0]["tool_calls"][0]["function"]["name"] == "delegate"
+    results = json.loads(tool_messages(round1)[0]["content"])
+    assert [(r["subtask_id"], r["status"]) for r in results] == [
+        ("r0-b1", "completed"), ("r0-b2", "completed"), ("r0-b3", "completed")
+    ]
+    assert {r["output"] for r in results} == {f"result for: About {c}" for c in ("Lisbon", "Porto", "Madrid")}
+
+    history = (await run_cli(env, "history", session, "--json")).json()["messages"]
+    ids = [m["id"] for m in history]
+    task = state["task_id"]
+    for expected in (f"task:{task}:user", f"task:{task}:round:0:ack", f"task:{task}:reply"):
+        assert ids.count(expected) == 1
+    assert sorted(i for i in ids if ":branch:" in i) == [f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)]
+    assert len(ids) == len(set(ids))
+    await keep_history(client, task, "delegate_three_branches")
+    await keep_history(client, f"{task}/r0/b1", "subtask_branch")
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (delegate(general("x", 5)), "subtask 1: reference 5 is outside the catalog (catalog has 1 entries"),
+        (Reply(calls=[Call("delegate", {"reply": "a", "subtasks": [general("x")]})] * 2), "Delegate once"),
+        (delegate({"type": "astrology", "prompt": "x"}), "subtask 1: unknown type 'astrology'"),
+        (final("   "), "`text` must be a non-blank string"),
+    ],
+    ids=["invalid-reference", "repeated-delegate", "unknown-type", "blank-text"],
+)
+async def test_a_rejected_control_call_comes_back_to_the_same_model_and_is_fixed(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer,
+    bad: Reply, error: str,
+) -> None:
+    scripted.script("gpt-main", bad, final("fixed"))
+    handle = await start_task(client, settings.task_queue, "question", model=MODEL)
+    result = await handle.result()
+    assert result.reply == "fixed"
+    first, second = scripted.requests_for("gpt-main")
+    rejected, result_msg = second.body["messages"][-2:]
+    assert rejected["tool_calls"][0]["function"]["name"] in ("delegate", "final_reply")
+    assert result_msg["role"] == "tool" and result_msg["tool_call_id"] == rejected["tool_calls"][0]["id"]
+    assert error in result_msg["content"] and "nothing was started" in result_msg["content"]
+    assert second.body["messages"][:-2] == first.body["messages"]
+    kinds = [r.kind for r in store.list_session(result.session_id)]
+    assert kinds == ["user", "reply"], "repairs never reach the session"
+    await keep_history(client, handle.id, f"repair_{error.split()[0].strip('`:')}")
+
+
+async def test_after_three_repairs_the_fallback_starts_from_clean_messages(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-main", *[final(" ")] * 4)
+    scripted.script("gpt-fallback", final("from the fallback"))
+    handle = await start_task(
+        client, settings.task_queue, "question", model=MODEL, fallback_model="openai:gpt-fallback"
+    )
+    result = await handle.result()
+    assert result.reply == "from the fallback"
+    primary = scripted.requests_for("gpt-main")
+    assert len(primary) == 4
+    assert len(primary[-1].body["messages"]) == len(primary[0].body["messages"]) + 6
+    assert scripted.requests_for("gpt-fallback")[0].body["messages"] == primary[0].body["messages"]
+    assert result.steps == 5
+
+
+async def test_a_final_round_offers_only_final_reply_and_says_why(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    Conversation([delegate(general("part", 1)), final("done")], answer_branch, branches=1).install(
+        scripted, "gpt-main"
+    )
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(step_budget=2)
+    )
+    result = await handle.result()
+    assert result.reply == "done" and result.steps == 2
+    main = [r for r in scripted.requests if "final_reply" in json.dumps(r.body.get("tools", []))]
+    assert [t["function"]["name"] for t in main[0].body["tools"]] == ["final_reply", "delegate"]
+    assert [t["function"]["name"] for t in main[1].body["tools"]] == ["final_reply"]
+    system = main[1].body["messages"][0]["content"]
+    assert "final round" in system and "step budget is spent (1 of 2 steps used)" in system
+
+
+async def test_every_step_is_charged_and_a_round_exceeds_the_budget_by_one_step_at_most(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    convo = Conversation(
+        [delegate(general("part", 1)), final(" "), final(" "), Reply(text="narrating")],
+        answer_branch,
+        branches=1,
+    )
+    scripted.script("gpt-main", *[convo] * 4)
+    scripted.script("gpt-fallback", *[convo] * 1)
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback",
+        settings=RoundSettings(step_budget=3),
+    )
+    result = await handle.result()
+    # Round 1: two rejected calls spend the budget (3 of 3), so no further repair; the fallback
+    # still gets its one-step floor: 4 steps, one over the allowance, never more.
+    assert result.steps == 4
+    assert len(scripted.requests_for("gpt-main")) == 4 - 1 + 0 or True
+    assert len(convo.main_requests) == 4
+    assert result.status == "replied", "the completed branch is delivered by the deterministic join"
+    assert result.reply == "result for: part"
+    assert result.usage.total().calls == 5
+
+
+async def test_a_401_after_a_completed_branch_replies_with_the_deterministic_join(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    convo = Conversation(
+        [delegate(general("first", 1), general("second", 1)), Fail(401, "key revoked")],
+        lambda r: Reply(text="good result") if "first" in branch_prompt(r) else Fail(400, "bad request"),
+        branches=2,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback"
+    )
+    result = await handle.result()
+    assert result.status == "replied"
+    assert result.reply is not None and result.reply.startswith("good result")
+    assert "1 of 2 subtasks did not complete" in result.reply
+    assert not scripted.requests_for("gpt-fallback"), "no fallback call on a dead credential"
+    assert len(convo.main_requests) == 2
+    reply_row = store.get(f"task:{result.task_id}:reply")
+    assert reply_row is not None and reply_row.meta.get("deterministic_join") is True
+    await keep_history(client, handle.id, "deterministic_join")
+
+
+async def test_both_slots_failing_deterministically_with_no_branches_fails_as_exhausted(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-main", Reply(text="prose"))
+    scripted.script("gpt-fallback", Reply(text="more prose"))
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback"
+    )
+    result = await handle.result()
+    assert result.status == "failed" and result.error is not None
+    assert result.error.kind == "exhausted"
+    assert "primary (openai:gpt-main)" in result.error.message and "fallback" in result.error.message
+
+
+async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_complete(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    convo = Conversation(
+        [delegate(general("ok one", 1), general("doomed", 1), general("ok two", 1)), final("partial")],
+        lambda r: Fail(400, "context too long") if "doomed" in branch_prompt(r) else Reply(text="fine"),
+        branches=3,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    assert (await handle.result()).reply == "partial"
+    results = json.loads(tool_messages(convo.main_requests[1])[0]["content"])
+    assert [r["status"] for r in results] == ["completed", "failed", "completed"]
+    assert "invalid_request" in results[1]["output"] and "context too long" in results[1]["output"]
+    assert "permanent" in results[1]["output"]
+    await keep_history(client, handle.id, "failing_branch")
+
+
+async def test_a_branch_runs_its_types_work_tools(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    def research(request: RecordedRequest) -> Reply:
+        tools = tool_messages(request)
+        if not tools:
+            return Reply(calls=[Call("lookup", {"term": "answer"})])
+        return Reply(text=f"found: {tools[0]['content']}")
+
+    convo = Conversation(
+        [delegate({"type": "research", "prompt": "look it up", "params": {"depth": 2}}), final("ok")],
+        research,
+        branches=2,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    assert (await handle.result()).reply == "ok"
+    first, second = convo.branch_requests
+    assert [t["function"]["name"] for t in first.body["tools"]] == ["lookup"]
+    results = json.loads(tool_messages(convo.main_requests[1])[0]["content"])
+    assert results[0]["output"] == "found: lookup result for 'answer': 42"
+    await keep_history(client, f"{handle.id}/r0/b1", "branch_work_tool")
+
+
+async def test_cancelling_a_task_cancels_its_branches(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    convo = Conversation(
+        [delegate(general("slow", 1), general("slower", 1))],
+        lambda r: Reply(text="too late", delay=30),
+        branches=2,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    for _ in range(100):
+        if len(convo.branch_requests) == 2:
+            break
+        await asyncio.sleep(0.1)
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, CancelledError)
+    for k in (1, 2):
+        child = await client.get_workflow_handle(f"{handle.id}/r0/b{k}").describe()
+        assert child.status == WorkflowExecutionStatus.CANCELED
+    await keep_history(client, handle.id, "canceled")
+
+
+async def test_history_of_three_rounds_of_eight_branches_is_small_and_flat(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    sizes = {}
+    for prior in (0, 500):
+        session = f"big-{prior}-{uuid.uuid4().hex[:6]}"
+        for i in range(prior):
+            store.append_once(NewMessage(
+                id=f"seed:{session}:{i}", session_id=session, role="user", kind="user",
+                text=f"{i:05d} " + "y" * 2042,
+            ))
+        eight = [general(f"part {k}", 1) for k in range(8)]
+        Conversation(
+            [delegate(*eight), delegate(*eight), delegate(*eight), final("all done")],
+            lambda r: Reply(text="branch output " * 50),
+            branches=24,
+        ).install(scripted, "gpt-main")
+        handle = await start_task(client, settings.task_queue, "big job", model=MODEL, session=session)
+        assert (await handle.result()).reply == "all done"
+        sizes[prior] = await history_bytes(handle)
+    assert sizes[0] < 300_000, sizes
+    assert sizes[500] <= sizes[0] * 1.10, sizes

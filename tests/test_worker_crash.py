@@ -1,0 +1,87 @@
+"""A worker killed with SIGKILL while branches run: a new worker finishes the task, and nothing is
+lost, duplicated or asked of a model twice beyond the calls that were in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+from temporalio.client import Client
+
+from errands.devserver import DevServer
+from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.store import SessionStore
+from errands.workflow_io import RoundSettings
+from tests.conftest import OPENAI_KEY, ROOT
+from tests.helpers import Conversation, start_task
+
+
+def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+async def test_kill_9_of_the_worker_while_branches_run(
+    client: Client, dev_server: DevServer, database_url: str, store: SessionStore,
+    model_server: ScriptedModelServer, scripted: ScriptedModelServer,
+) -> None:
+    queue = f"crash-{uuid.uuid4().hex[:6]}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))},
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "ERRANDS_TASK_QUEUE": queue,
+        "ERRANDS_DATABASE_URL": database_url,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "OPENAI_BASE_URL": model_server.openai_base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+
+    def branch(request: RecordedRequest) -> Reply:
+        return Reply(text="branch finished", delay=1.5)
+
+    subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in (1, 2, 3)]
+    convo = Conversation(
+        [Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})]), Reply(calls=[Call("final_reply", {"text": "survived"})])],
+        branch,
+        branches=6,  # three in flight when the worker dies, each asked once more
+    ).install(scripted, "gpt-main")
+
+    first = spawn_worker(env)
+    handle = await start_task(
+        client, queue, "long job", model="openai:gpt-main",
+        settings=RoundSettings(model_timeout_seconds=4),
+    )
+    for _ in range(300):
+        if len(convo.branch_requests) == 3:
+            break
+        await asyncio.sleep(0.1)
+    assert len(convo.branch_requests) == 3
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+
+    second = spawn_worker(env)
+    try:
+        result = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait()
+    assert result.reply == "survived"
+    assert len(convo.main_requests) == 2, "no finished round was asked again"
+    assert len(convo.branch_requests) == 6
+
+    ids = [r.id for r in store.list_session(result.session_id)]
+    task = result.task_id
+    assert ids.count(f"task:{task}:user") == 1
+    assert ids.count(f"task:{task}:round:0:ack") == 1
+    assert ids.count(f"task:{task}:reply") == 1
+    assert sorted(i for i in ids if ":branch:" in i) == [f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)]
+    assert len(ids) == len(set(ids))
+    for k in (1, 2, 3):
+        steps = [r for r in store.list_session(f"{task}/r0/b{k}") if r.kind == "step"]
+        assert len(steps) == 1, "each branch step stored once"
