@@ -58,6 +58,8 @@ def build_activities(
         session.append_reply,
         session.record_branch,
         session.deterministic_join,
+        session.recall_decisions,
+        session.remember_decision,
         models.round_step,
         models.open_branch,
         models.branch_step,

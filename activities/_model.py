@@ -19,6 +19,7 @@ from errands.activity_io import (
     RunToolInput,
     RunToolOutput,
 )
+from errands.asking import ask_user_spec
 from errands.catalog import referenced_messages, render_session
 from errands.contracts import Message, ModelRequest, ModelResponse, NewMessage, ToolCall
 from errands.control import delegate_spec, final_reply_spec
@@ -36,7 +37,9 @@ class ModelActivities:
         self._router = router
         self._types = types
 
-    async def _complete(self, model_spec: str, request: ModelRequest, timeout: float) -> ModelResponse:
+    async def _complete(
+        self, model_spec: str, request: ModelRequest, timeout: float
+    ) -> ModelResponse:
         route = self._router.route(model_spec)
         try:
             return await route.provider.complete(route.model, request, timeout=timeout)
@@ -56,6 +59,8 @@ class ModelActivities:
         tools = [final_reply_spec()]
         if delegable:
             tools.append(delegate_spec([t.info() for t in types], data.max_subtasks))
+        if data.final_reason is None and data.work_tools:
+            tools.append(ask_user_spec())
         request = ModelRequest(
             system=prompts.round_instructions(
                 types, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
@@ -100,8 +105,10 @@ class ModelActivities:
             # Written by an attempt that died before reporting: never ask the model again.
             calls = stored.meta.get("tool_calls", [])
             return BranchStepOutput(
-                tool_calls=len(calls), text_chars=len(stored.text),
-                usage=stored.meta.get("usage", {}), model=stored.meta.get("model", data.model),
+                tool_calls=len(calls),
+                text_chars=len(stored.text),
+                usage=stored.meta.get("usage", {}),
+                model=stored.meta.get("model", data.model),
                 replayed=True,
             )
         subtask_type = self._types[data.subtask_type]
@@ -147,9 +154,15 @@ class ModelActivities:
         existing = await asyncio.to_thread(self._store.get, result_id)
         if existing is not None:
             return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
-        step = await asyncio.to_thread(self._store.get, ids.thread_step_id(data.thread_id, data.step))
+        step = await asyncio.to_thread(
+            self._store.get, ids.thread_step_id(data.thread_id, data.step)
+        )
         if step is None:
-            raise ApplicationError(f"step {data.step} of {data.thread_id} is missing", type="internal", non_retryable=True)
+            raise ApplicationError(
+                f"step {data.step} of {data.thread_id} is missing",
+                type="internal",
+                non_retryable=True,
+            )
         call = ToolCall(**step.meta["tool_calls"][data.call_index])
         text, is_error = await self._run_tool(data.subtask_type, call)
         await asyncio.to_thread(

@@ -4,6 +4,7 @@ deterministic id, so retries and replays never duplicate or change a message."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
 
@@ -17,7 +18,9 @@ from errands.activity_io import (
     OpenTaskOutput,
     PrepareRoundInput,
     RecordBranchInput,
+    RememberInput,
     RoundState,
+    SessionRef,
 )
 from errands.catalog import subtask_id
 from errands.contracts import NewMessage
@@ -136,6 +139,17 @@ class SessionActivities:
                     **data.draft.model_dump(),
                 },
             )
+        )
+
+    @activity.defn(name="recall_decisions")
+    async def recall_decisions(self, data: SessionRef) -> dict[str, dict[str, Any]]:
+        """The session's remembered decisions; small by nature (one per distinct question)."""
+        return await asyncio.to_thread(self._store.list_decisions, data.session_id)
+
+    @activity.defn(name="remember_decision")
+    async def remember_decision(self, data: RememberInput) -> None:
+        await asyncio.to_thread(
+            self._store.put_decision, data.session_id, data.decision_id, data.record
         )
 
     @activity.defn(name="deterministic_join")

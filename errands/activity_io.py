@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -57,6 +58,7 @@ class RoundStepInput(BaseModel):
     final_reason: str | None = None
     """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
     work_tools: bool = True
+    """Offer the tools that need a step after them: ``ask_user`` and the work tools."""
     extra: list[Message] = Field(default_factory=list)
     """This slot's own messages after the rendered session (repairs, work-tool exchanges)."""
     max_subtasks: int = 8
@@ -83,6 +85,16 @@ class AppendReplyInput(BaseModel):
     task_id: str
     session_id: str
     text: str
+
+
+class SessionRef(BaseModel):
+    session_id: str
+
+
+class RememberInput(BaseModel):
+    session_id: str
+    decision_id: str
+    record: dict[str, Any]
 
 
 class JoinInput(BaseModel):
@@ -140,5 +152,3 @@ class RunToolInput(BaseModel):
 class RunToolOutput(BaseModel):
     ok: bool
     chars: int
-
-

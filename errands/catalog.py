@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from errands import ids
-from errands.control import DELEGATE
 from errands.contracts import Message, StoredMessage, ToolCall
+from errands.control import DELEGATE
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,9 @@ def render_session(rows: list[StoredMessage], task_id: str) -> RenderedSession:
             messages.append(Message(role="assistant", text=row.text))
             continue
         if row.kind == "summary":
-            messages.append(Message(role="user", text=f"(Summary of earlier conversation)\n{row.text}"))
+            messages.append(
+                Message(role="user", text=f"(Summary of earlier conversation)\n{row.text}")
+            )
             continue
         if row.kind not in ("user", "reply") or not row.text.strip():
             continue
@@ -98,7 +100,9 @@ def delegate_exchange(
                 ToolCall(
                     id=call_id,
                     name=DELEGATE,
-                    arguments=json.dumps({"reply": reply, "subtasks": subtasks}, ensure_ascii=False),
+                    arguments=json.dumps(
+                        {"reply": reply, "subtasks": subtasks}, ensure_ascii=False
+                    ),
                 )
             ],
         ),
@@ -114,9 +118,7 @@ def delegate_exchange(
 def _branches_by_round(rows: list[StoredMessage], task_id: str) -> dict[int, list[StoredMessage]]:
     mine = [r for r in rows if r.kind == "branch" and r.task_id == task_id and r.round is not None]
     mine.sort(key=lambda r: (r.round or 0, r.meta.get("ordinal", 0)))
-    return {
-        round_: list(group) for round_, group in groupby(mine, key=lambda r: r.round or 0)
-    }
+    return {round_: list(group) for round_, group in groupby(mine, key=lambda r: r.round or 0)}
 
 
 def referenced_messages(catalog: list[CatalogEntry], references: list[int]) -> list[CatalogEntry]:

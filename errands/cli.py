@@ -16,8 +16,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
-from temporalio.exceptions import CancelledError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
 from errands.client import connect
@@ -25,6 +30,7 @@ from errands.devserver import DevServer, port_open
 from errands.settings import Settings, load_settings
 from errands.store import open_store
 from errands.workflow_io import TaskInput, TaskResult, TaskStatus
+from workflows import _search as search
 
 STATUS_FIELDS = ("task_id", "session_id", "status", "reply", "error", "usage")
 
@@ -68,6 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("task")
     status.add_argument("--json", action="store_true")
     status.set_defaults(handler=_status)
+
+    answer = sub.add_parser("answer", help="answer a task's pending question")
+    answer.add_argument("task")
+    answer.add_argument(
+        "choices",
+        nargs="*",
+        metavar="QID=VALUE",
+        help='an offered label, "Other: your words", or a text answer; repeat a question id '
+        "to pick several labels of a multi-select question",
+    )
+    answer.add_argument("--dismiss", action="store_true", help="decline to choose anything")
+    answer.add_argument("--cancel", action="store_true", help="cancel the question")
+    answer.add_argument("--json", action="store_true")
+    answer.set_defaults(handler=_answer)
 
     history = sub.add_parser("history", help="show a session's messages")
     history.add_argument("session")
@@ -150,11 +170,17 @@ async def _run(args: argparse.Namespace) -> int:
     )
     async with _stack(settings, need_worker_here=not args.detach) as client:
         await client.start_workflow(
-            "TaskWorkflow", task, id=task_id, task_queue=settings.task_queue,
+            "TaskWorkflow",
+            task,
+            id=task_id,
+            task_queue=settings.task_queue,
+            search_attributes=search.initial(session),
             static_summary=args.text[:200],
         )
         if args.detach:
-            _print_state({"task_id": task_id, "session_id": session, "status": "running"}, args.json)
+            _print_state(
+                {"task_id": task_id, "session_id": session, "status": "running"}, args.json
+            )
             return 0
         _note(f"errands: task {task_id} in session {session}")
         state = await _wait_for(client, task_id, timeout=None, progress=True)
@@ -183,6 +209,46 @@ async def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _answer(args: argparse.Namespace) -> int:
+    if args.dismiss + args.cancel + bool(args.choices) != 1:
+        raise UsageError(
+            "give answers as QID=VALUE, or --dismiss, or --cancel (exactly one of them)"
+        )
+    answers: dict[str, list[str]] = {}
+    for choice in args.choices:
+        qid, sep, value = choice.partition("=")
+        if not sep or not qid.strip():
+            raise UsageError(f"{choice!r} is not QID=VALUE (for example q1=PostgreSQL)")
+        answers.setdefault(qid.strip(), []).append(value)
+    settings = load_settings()
+    async with _stack(settings, need_worker_here=False) as client:
+        handle = client.get_workflow_handle(args.task)
+        try:
+            pending = await handle.query("pending_question")
+        except RPCError as error:
+            raise UsageError(f"cannot reach task {args.task!r}: {error.message}") from None
+        if not pending:
+            raise UsageError(f"task {args.task} has no question waiting for an answer")
+        payload = {
+            "question_set_id": pending["id"],
+            "status": "cancelled" if args.cancel else "answered",
+            "answers": answers,
+        }
+        try:
+            receipt = await handle.execute_update("answer_question", payload)
+        except WorkflowUpdateFailedError as error:
+            reason = (
+                error.cause.message if isinstance(error.cause, ApplicationError) else error.cause
+            )
+            raise UsageError(f"answer rejected: {reason}") from None
+    state = {"task_id": args.task, "accepted": True, **receipt}
+    if args.json:
+        print(json.dumps(state))
+    else:
+        print(f"{args.task}: answer accepted ({receipt['status']})")
+    return 0
+
+
 async def _history(args: argparse.Namespace) -> int:
     store = open_store(load_settings().session_database_url())
     try:
@@ -190,7 +256,14 @@ async def _history(args: argparse.Namespace) -> int:
     finally:
         store.close()
     messages = [
-        {"id": r.id, "seq": r.seq, "role": r.role, "kind": r.kind, "text": r.text, "task_id": r.task_id}
+        {
+            "id": r.id,
+            "seq": r.seq,
+            "role": r.role,
+            "kind": r.kind,
+            "text": r.text,
+            "task_id": r.task_id,
+        }
         for r in rows
     ]
     if args.json:

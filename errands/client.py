@@ -7,4 +7,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter
+    )

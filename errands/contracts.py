@@ -101,7 +101,12 @@ class UsageLedger(BaseModel):
     parts: dict[str, dict[str, ModelUsage]] = Field(default_factory=dict)
 
     def charge(
-        self, part: UsagePart, model: str, usage: Usage | None = None, *, calls: int = 1,
+        self,
+        part: UsagePart,
+        model: str,
+        usage: Usage | None = None,
+        *,
+        calls: int = 1,
         failed_calls: int = 0,
     ) -> None:
         entry = self.parts.setdefault(part, {}).setdefault(model, ModelUsage())
@@ -135,8 +140,9 @@ class UsageLedger(BaseModel):
 
 
 MessageKind = Literal["user", "ack", "reply", "branch", "summary", "note", "step", "tool_result"]
-"""What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one subtask's
-outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a compaction summary."""
+"""What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one
+subtask's outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a
+compaction summary."""
 
 
 class NewMessage(BaseModel):

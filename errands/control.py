@@ -170,7 +170,9 @@ def parse_delegate(
     args = _arguments(calls[0])
     reply = args.get("reply")
     if not isinstance(reply, str) or not reply.strip():
-        raise ControlCallError("delegate: `reply` must be a non-blank acknowledgement for the user.")
+        raise ControlCallError(
+            "delegate: `reply` must be a non-blank acknowledgement for the user."
+        )
     raw_subtasks = args.get("subtasks")
     if isinstance(raw_subtasks, str):
         raw_subtasks = _loads_or(raw_subtasks, raw_subtasks)
@@ -182,9 +184,7 @@ def parse_delegate(
             "in one round."
         )
     by_key = {t.key: t for t in types}
-    drafts = [
-        _parse_subtask(n, raw, by_key, catalog_size) for n, raw in enumerate(raw_subtasks, 1)
-    ]
+    drafts = [_parse_subtask(n, raw, by_key, catalog_size) for n, raw in enumerate(raw_subtasks, 1)]
     return DelegateDecision(reply=reply.strip(), subtasks=drafts)
 
 

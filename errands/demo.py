@@ -38,14 +38,21 @@ def demo_responder(request: RecordedRequest) -> Reply:
             calls=[
                 Call(
                     "delegate",
-                    {"reply": "On it: I split this into three parallel subtasks.", "subtasks": subtasks},
+                    {
+                        "reply": "On it: I split this into three parallel subtasks.",
+                        "subtasks": subtasks,
+                    },
                 )
             ]
         )
     lines = ["Here is what the parallel subtasks found:"]
     for item in results or []:
         status = item.get("status")
-        output = item.get("output", "").strip() if status == "completed" else f"(failed: {item.get('output')})"
+        output = (
+            item.get("output", "").strip()
+            if status == "completed"
+            else f"(failed: {item.get('output')})"
+        )
         lines.append(f"- {item.get('subtask_id')}: {output}")
     if results is None:
         lines = ["(demo) I can answer directly: " + _latest_user_text(messages)[:200]]
@@ -55,10 +62,14 @@ def demo_responder(request: RecordedRequest) -> Reply:
 def _branch_answer(messages: list[dict[str, Any]]) -> Reply:
     instructions = _latest_user_text(messages)
     first_line = instructions.splitlines()[0] if instructions else ""
-    quoted = instructions.split("message ---\n", 1)[-1].strip() if "message ---" in instructions else ""
+    quoted = (
+        instructions.split("message ---\n", 1)[-1].strip() if "message ---" in instructions else ""
+    )
     subject = quoted[:120] or "the request"
     aspect = next((key for key, prompt in _ASPECTS if prompt == first_line), "notes")
-    return Reply(text=f"[{aspect}] Considered {subject!r}: this is the demo model's {aspect} for it.")
+    return Reply(
+        text=f"[{aspect}] Considered {subject!r}: this is the demo model's {aspect} for it."
+    )
 
 
 def _delegate_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

@@ -22,6 +22,11 @@ def round_instructions(
             f"parallel (1 to {max_subtasks}). You will see every subtask's result in the next "
             "round and decide again."
         )
+    if final_reason is None:
+        parts[0] += (
+            "\n- `ask_user` when you need a decision only the user can make: you wait for the "
+            "answer and continue this round with it. Do not ask what you can decide yourself."
+        )
     parts.append(
         "Messages you may cite are marked [ref N]. When a subtask needs one, list N in its "
         "`references`: the message is handed to the subtask verbatim, so never paste it into the "
@@ -60,6 +65,15 @@ def branch_opening(prompt: str, cited: list[CatalogEntry]) -> str:
     quoted = "\n\n".join(f"--- {entry.role} message ---\n{entry.text}" for entry in cited)
     return f"{prompt}\n\nMessages from the conversation you were given:\n\n{quoted}"
 
+
+DISMISSED_REASON = (
+    "the user dismissed your question without choosing anything; reply in a sentence or two and "
+    "wait for their next message"
+)
+
+DISMISSED_REPLY = (
+    "Understood, I won't decide that for you or act on it. Tell me how you would like to go on."
+)
 
 BRANCH_LAST_STEP = (
     "This is your last step: no tools are available now. Answer in plain text with what you have."

@@ -32,7 +32,9 @@ def check(schema: dict[str, Any], value: Any, path: str = "params") -> Any:
         names = expected if isinstance(expected, list) else [expected]
         ok = any(_is_type(value, name) for name in names)
         if not ok:
-            raise SchemaError(f"{path} must be of type {' or '.join(names)}, got {_type_name(value)}")
+            raise SchemaError(
+                f"{path} must be of type {' or '.join(names)}, got {_type_name(value)}"
+            )
     if "enum" in schema and value not in schema["enum"]:
         raise SchemaError(f"{path} must be one of {schema['enum']!r}, got {value!r}")
     if isinstance(value, str):
@@ -71,7 +73,7 @@ def _is_type(value: Any, name: str) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    for name, types in _TYPES.items():
+    for name in _TYPES:
         if _is_type(value, name):
             return name
     return type(value).__name__

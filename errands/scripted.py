@@ -86,8 +86,12 @@ Responder = Callable[[RecordedRequest], "Step | None"]
 # Error ``type`` strings each API uses for a status; anything unlisted falls back by class.
 _OPENAI_ERROR_TYPES = {403: "permission_error", 429: "rate_limit_exceeded"}
 _ANTHROPIC_ERROR_TYPES = {
-    401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 
@@ -207,13 +211,18 @@ class ScriptedModelServer:
         self.stop()
 
     async def _open(self, sock: socket.socket) -> None:
-        app = web.Application(client_max_size=256 * 1024 * 1024)  # real providers take large contexts
+        app = web.Application(
+            client_max_size=256 * 1024 * 1024
+        )  # real providers take large contexts
         app.router.add_post("/v1/chat/completions", self._handle_openai)
         app.router.add_post("/v1/messages", self._handle_anthropic)
         # Cancellation on client disconnect lets a timed-out delayed reply end at once instead of
         # holding shutdown until its sleep is over.
         runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, handler_cancellation=True,
+            app,
+            handle_signals=False,
+            access_log=None,
+            handler_cancellation=True,
             shutdown_timeout=1.0,
         )
         await runner.setup()
@@ -235,9 +244,12 @@ class ScriptedModelServer:
         except ValueError:
             body = None
         recorded = RecordedRequest(
-            api=api, model=str(body.get("model", "")) if isinstance(body, dict) else "",
-            body=body if isinstance(body, dict) else {}, raw=raw,
-            headers=dict(request.headers), received_at=time.time(),
+            api=api,
+            model=str(body.get("model", "")) if isinstance(body, dict) else "",
+            body=body if isinstance(body, dict) else {},
+            raw=raw,
+            headers=dict(request.headers),
+            received_at=time.time(),
         )
         with self._lock:
             index = len(self.requests)
@@ -298,7 +310,8 @@ def _openai_completion(
             "type": "function",
             "function": {
                 "name": call.name,
-                "arguments": call.arguments if isinstance(call.arguments, str)
+                "arguments": call.arguments
+                if isinstance(call.arguments, str)
                 else json.dumps(call.arguments),
             },
         }
@@ -306,7 +319,8 @@ def _openai_completion(
     ]
     # Like the real API: no text beside tool calls is null, not "".
     message: dict[str, Any] = {
-        "role": "assistant", "content": reply.text or (None if tool_calls else "")
+        "role": "assistant",
+        "content": reply.text or (None if tool_calls else ""),
     }
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -315,12 +329,14 @@ def _openai_completion(
         "object": "chat.completion",
         "created": int(recorded.received_at),
         "model": recorded.model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
-            "logprobs": None,
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
+                "logprobs": None,
+            }
+        ],
         "usage": {
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": usage.output_tokens,
@@ -337,10 +353,14 @@ def _anthropic_message(
     if reply.text or not reply.calls:
         content.append({"type": "text", "text": reply.text})
     for k, call in enumerate(reply.calls):
-        content.append({
-            "type": "tool_use", "id": f"toolu_{index}_{k}", "name": call.name,
-            "input": _anthropic_input(call.arguments),
-        })
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{index}_{k}",
+                "name": call.name,
+                "input": _anthropic_input(call.arguments),
+            }
+        )
     return {
         "id": f"msg_scripted_{index}",
         "type": "message",

@@ -53,6 +53,8 @@ class RoundSettings(BaseModel):
     """Times a round failed as transient is retried (with a growing wait) before the task fails."""
     round_retry_seconds: float = 30
     """First wait before a transient round is retried; doubles each time."""
+    ask_timeout_hours: float = 24
+    """How long a question waits for the user before the model is told no one answered."""
 
 
 class TaskInput(BaseModel):
@@ -65,6 +67,8 @@ class TaskInput(BaseModel):
     fallback_model: str | None = None
     headless: bool = False
     """No one will answer questions: ``ask_user`` gets an explicit assumption result."""
+    search_attributes: bool = True
+    """Keep the Errands* search attributes current (they must be registered on the namespace)."""
     settings: RoundSettings = Field(default_factory=RoundSettings)
 
 
@@ -91,6 +95,8 @@ class TaskStatus(TaskResult):
     phase: str = ""
     """What the task is doing right now, in a few words."""
     pending_question: dict[str, Any] | None = None
+    answer_errors: list[str] = Field(default_factory=list)
+    """Answers sent by signal that were invalid and ignored, newest last."""
 
 
 class SubtaskInput(BaseModel):
@@ -116,3 +122,10 @@ class SubtaskResult(BaseModel):
     error: str | None = None
     steps: int = 0
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
+
+
+class AnswerReceipt(BaseModel):
+    """What the ``answer_question`` update returns once the answer is accepted."""
+
+    question_set_id: str
+    status: str

@@ -119,7 +119,11 @@ class CliResult:
 
 @pytest.fixture(scope="session")
 def cli_env(dev_server: DevServer, settings: Settings, database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
+    }
     env.update(
         TEMPORAL_ADDRESS=dev_server.address,
         ERRANDS_TASK_QUEUE=settings.task_queue,
@@ -132,8 +136,14 @@ def cli_env(dev_server: DevServer, settings: Settings, database_url: str) -> dic
 async def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> CliResult:
     """The real ``errands`` command, as a frontend would run it."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "errands.cli", *args,
-        env=env, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "errands.cli",
+        *args,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return CliResult(proc.returncode or 0, out.decode(), err.decode())

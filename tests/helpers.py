@@ -70,9 +70,11 @@ WORKFLOW_TASK_FAILED = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
 
 def is_branch_request(request: Any) -> bool:
     """Round requests always offer ``final_reply``; a branch's never does."""
-    names = [t["function"]["name"] for t in request.body.get("tools", [])] if request.api == "openai" else [
-        t["name"] for t in request.body.get("tools", [])
-    ]
+    names = (
+        [t["function"]["name"] for t in request.body.get("tools", [])]
+        if request.api == "openai"
+        else [t["name"] for t in request.body.get("tools", [])]
+    )
     return "final_reply" not in names
 
 

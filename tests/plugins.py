@@ -22,7 +22,11 @@ RESEARCH = SubtaskType(
             spec=ToolSpec(
                 name="lookup",
                 description="Look a term up.",
-                parameters={"type": "object", "properties": {"term": {"type": "string"}}, "required": ["term"]},
+                parameters={
+                    "type": "object",
+                    "properties": {"term": {"type": "string"}},
+                    "required": ["term"],
+                },
             ),
             run=_lookup,
         )

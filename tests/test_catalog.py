@@ -11,16 +11,44 @@ from errands.contracts import StoredMessage
 TASK = "task-s1-a"
 
 
-def row(seq: int, id: str, role: str, kind: str, text: str, task_id: str | None = TASK,
-        round: int | None = None, **meta: object) -> StoredMessage:
-    return StoredMessage(id=id, session_id="s1", seq=seq, role=role, kind=kind, text=text,
-                         task_id=task_id, round=round, meta=dict(meta), created_at="t")
+def row(
+    seq: int,
+    id: str,
+    role: str,
+    kind: str,
+    text: str,
+    task_id: str | None = TASK,
+    round: int | None = None,
+    **meta: object,
+) -> StoredMessage:
+    return StoredMessage(
+        id=id,
+        session_id="s1",
+        seq=seq,
+        role=role,
+        kind=kind,
+        text=text,
+        task_id=task_id,
+        round=round,
+        meta=dict(meta),
+        created_at="t",
+    )
 
 
 def branch(seq: int, round: int, ordinal: int, status: str, text: str) -> StoredMessage:
-    return row(seq, f"task:{TASK}:round:{round}:branch:{ordinal}", "tool", "branch", text,
-               round=round, ordinal=ordinal, status=status, type="general", prompt=f"p{ordinal}",
-               references=[1])
+    return row(
+        seq,
+        f"task:{TASK}:round:{round}:branch:{ordinal}",
+        "tool",
+        "branch",
+        text,
+        round=round,
+        ordinal=ordinal,
+        status=status,
+        type="general",
+        prompt=f"p{ordinal}",
+        references=[1],
+    )
 
 
 def test_user_and_assistant_messages_are_numbered_in_order() -> None:
@@ -31,7 +59,11 @@ def test_user_and_assistant_messages_are_numbered_in_order() -> None:
         row(4, f"task:{TASK}:user", "user", "user", "do the thing"),
     ]
     rendered = render_session(rows, TASK)
-    assert [m.text for m in rendered.messages] == ["[ref 1] hello", "[ref 2] hi there", "[ref 3] do the thing"]
+    assert [m.text for m in rendered.messages] == [
+        "[ref 1] hello",
+        "[ref 2] hi there",
+        "[ref 3] do the thing",
+    ]
     assert [e.message_id for e in rendered.catalog] == ["a", "b", f"task:{TASK}:user"]
 
 

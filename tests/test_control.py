@@ -44,7 +44,9 @@ def test_a_tool_that_was_not_offered_is_not_a_control_call() -> None:
 
 
 def test_a_repeated_final_reply_keeps_the_last_call() -> None:
-    decision = parse_final_reply([call("final_reply", text="first"), call("final_reply", text=" last ")])
+    decision = parse_final_reply(
+        [call("final_reply", text="first"), call("final_reply", text=" last ")]
+    )
     assert decision.text == "last"
 
 
@@ -55,12 +57,16 @@ def test_a_blank_final_reply_is_rejected() -> None:
 
 def test_malformed_arguments_are_rejected_with_the_json_error() -> None:
     with pytest.raises(ControlCallError, match="not valid JSON"):
-        parse_final_reply([ToolCall(id="x", name="final_reply", arguments='{"text": "unterminated')])
+        parse_final_reply(
+            [ToolCall(id="x", name="final_reply", arguments='{"text": "unterminated')]
+        )
 
 
 def test_a_repeated_delegate_asks_for_one_call_with_every_subtask() -> None:
     one = call("delegate", reply="r", subtasks=[{"type": "general", "prompt": "p"}])
-    with pytest.raises(ControlCallError, match="Delegate once, with every subtask this round needs"):
+    with pytest.raises(
+        ControlCallError, match="Delegate once, with every subtask this round needs"
+    ):
         parse_delegate([one, one], catalog_size=1, types=TYPES, max_subtasks=8)
 
 
@@ -74,11 +80,17 @@ def test_references_are_sorted() -> None:
     [
         ({"type": "poetry", "prompt": "p"}, "subtask 1: unknown type 'poetry'"),
         ({"type": "general", "prompt": " "}, "subtask 1: `prompt` must be non-blank"),
-        ({"type": "general", "prompt": "p", "references": [1, 1]}, "subtask 1: reference 1 is used twice"),
+        (
+            {"type": "general", "prompt": "p", "references": [1, 1]},
+            "subtask 1: reference 1 is used twice",
+        ),
         ({"type": "general", "prompt": "p", "references": [4]}, "catalog has 3 entries"),
         ({"type": "general", "prompt": "p", "references": [0]}, "outside the catalog"),
         ({"type": "general", "prompt": "p", "params": {"a": 1}}, "takes no params"),
-        ({"type": "research", "prompt": "p", "params": {"depth": 9}}, "params.depth must be at most 3"),
+        (
+            {"type": "research", "prompt": "p", "params": {"depth": 9}},
+            "params.depth must be at most 3",
+        ),
     ],
 )
 def test_each_subtask_error_names_its_subtask(subtask: dict, message: str) -> None:
@@ -92,7 +104,9 @@ def test_the_second_subtask_is_named_in_its_error() -> None:
 
 
 def test_unknown_params_keys_are_dropped() -> None:
-    decision = delegate({"type": "research", "prompt": "p", "params": {"depth": 2, "colour": "red"}})
+    decision = delegate(
+        {"type": "research", "prompt": "p", "params": {"depth": 2, "colour": "red"}}
+    )
     assert decision.subtasks[0].params == {"depth": 2}
 
 

@@ -1,4 +1,4 @@
-"""A task runs end to end on the real dev server, through the real SDK clients (issue: foundation)."""
+"""A task runs end to end on the real dev server, through the real SDK clients."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from errands.subtask_types import load_types
 from errands.workflow_io import RoundSettings, TaskResult
 from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, run_cli
 from tests.helpers import (
-    keep_history,
     ACTIVITY_SCHEDULED,
     ACTIVITY_STARTED,
     events_of,
     history_bytes,
     history_events,
+    keep_history,
     start_task,
 )
 from worker import WORKFLOWS, build_activities
@@ -38,9 +38,13 @@ def final(text: str) -> Reply:
     return Reply(calls=[Call("final_reply", {"text": text})])
 
 
-async def test_cli_runs_a_task_on_openai(worker, cli_env, scripted: ScriptedModelServer, store) -> None:
+async def test_cli_runs_a_task_on_openai(
+    worker, cli_env, scripted: ScriptedModelServer, store
+) -> None:
     scripted.script("gpt-test", final("The answer is 42."))
-    result = await run_cli({**cli_env, "ERRANDS_MODEL": "openai:gpt-test"}, "run", "What is it?", "--json")
+    result = await run_cli(
+        {**cli_env, "ERRANDS_MODEL": "openai:gpt-test"}, "run", "What is it?", "--json"
+    )
     assert result.code == 0, result.stderr
     state = result.json()
     assert state["status"] == "replied"
@@ -55,7 +59,10 @@ async def test_cli_runs_a_task_on_openai(worker, cli_env, scripted: ScriptedMode
 async def test_cli_runs_a_task_on_anthropic(worker, cli_env, scripted: ScriptedModelServer) -> None:
     scripted.script("claude-test", final("Bonjour."))
     result = await run_cli(
-        {**cli_env, "ERRANDS_MODEL": "anthropic:claude-test"}, "run", "Say hello in French", "--json"
+        {**cli_env, "ERRANDS_MODEL": "anthropic:claude-test"},
+        "run",
+        "Say hello in French",
+        "--json",
     )
     assert result.code == 0, result.stderr
     assert result.json()["status"] == "replied"
@@ -65,7 +72,9 @@ async def test_cli_runs_a_task_on_anthropic(worker, cli_env, scripted: ScriptedM
     assert request.body["tool_choice"] == {"type": "any"}
 
 
-async def test_status_and_history_show_the_task(worker, cli_env, scripted: ScriptedModelServer) -> None:
+async def test_status_and_history_show_the_task(
+    worker, cli_env, scripted: ScriptedModelServer
+) -> None:
     scripted.script("gpt-test", final("Done."))
     session = f"s-{uuid.uuid4().hex[:6]}"
     env = {**cli_env, "ERRANDS_MODEL": "openai:gpt-test"}
@@ -83,7 +92,9 @@ async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
     scripted.script("gpt-test", Fail(429, "slow down", headers={"retry-after": "2"}), final("ok"))
-    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST)
+    handle = await start_task(
+        client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST
+    )
     result = await handle.result()
     assert result.status == "replied"
     first, second = scripted.requests_for("gpt-test")
@@ -92,12 +103,15 @@ async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
     started = events_of(events, ACTIVITY_STARTED)
     scheduled = events_of(events, ACTIVITY_SCHEDULED)
     round_step = next(
-        i for i, e in enumerate(scheduled)
+        i
+        for i, e in enumerate(scheduled)
         if e.activity_task_scheduled_event_attributes.activity_type.name == "round_step"
     )
     step_started = next(
-        e for e in started
-        if e.activity_task_started_event_attributes.scheduled_event_id == scheduled[round_step].event_id
+        e
+        for e in started
+        if e.activity_task_started_event_attributes.scheduled_event_id
+        == scheduled[round_step].event_id
     )
     assert step_started.activity_task_started_event_attributes.attempt == 2
     waited = step_started.event_time.ToDatetime() - scheduled[round_step].event_time.ToDatetime()
@@ -106,17 +120,27 @@ async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
     await keep_history(client, handle.id, "retry_after_429")
 
 
-async def test_a_500_is_retried(client: Client, worker, settings: Settings, scripted: ScriptedModelServer) -> None:
+async def test_a_500_is_retried(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
     scripted.script("gpt-test", Fail(500, "boom"), final("recovered"))
-    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST)
+    handle = await start_task(
+        client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST
+    )
     assert (await handle.result()).reply == "recovered"
     assert len(scripted.requests_for("gpt-test")) == 2
 
 
-async def test_a_timeout_is_retried(client: Client, worker, settings: Settings, scripted: ScriptedModelServer) -> None:
-    scripted.script("gpt-test", Reply(calls=[Call("final_reply", {"text": "late"})], delay=6), final("on time"))
+async def test_a_timeout_is_retried(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script(
+        "gpt-test", Reply(calls=[Call("final_reply", {"text": "late"})], delay=6), final("on time")
+    )
     quick = RoundSettings(model_timeout_seconds=3, model_max_attempts=3)
-    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test", settings=quick)
+    handle = await start_task(
+        client, settings.task_queue, "hi", model="openai:gpt-test", settings=quick
+    )
     assert (await handle.result()).reply == "on time"
 
 
@@ -125,7 +149,11 @@ async def test_a_401_fails_the_task_at_once_with_kind_credential(
 ) -> None:
     scripted.script("gpt-test", Fail(401, "invalid api key"))
     handle = await start_task(
-        client, settings.task_queue, "hi", model="openai:gpt-test", fallback_model="openai:gpt-fallback",
+        client,
+        settings.task_queue,
+        "hi",
+        model="openai:gpt-test",
+        fallback_model="openai:gpt-fallback",
         settings=FAST,
     )
     result = await handle.result()
@@ -142,7 +170,11 @@ async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
     scripted.script("gpt-test", Reply(text="I will now answer the question."))
     scripted.script("gpt-fallback", final("fallback answer"))
     handle = await start_task(
-        client, settings.task_queue, "hi", model="openai:gpt-test", fallback_model="openai:gpt-fallback"
+        client,
+        settings.task_queue,
+        "hi",
+        model="openai:gpt-test",
+        fallback_model="openai:gpt-fallback",
     )
     result = await handle.result()
     assert result.reply == "fallback answer"
@@ -221,12 +253,19 @@ async def test_history_size_does_not_grow_with_the_session(
     for prior in (10, 500):
         session = f"long-{prior}-{uuid.uuid4().hex[:6]}"
         for i in range(prior):
-            store.append_once(NewMessage(
-                id=f"seed:{session}:{i}", session_id=session, role="user" if i % 2 == 0 else "assistant",
-                kind="user" if i % 2 == 0 else "reply", text=f"{i:05d} " + "x" * 2042,
-            ))
+            store.append_once(
+                NewMessage(
+                    id=f"seed:{session}:{i}",
+                    session_id=session,
+                    role="user" if i % 2 == 0 else "assistant",
+                    kind="user" if i % 2 == 0 else "reply",
+                    text=f"{i:05d} " + "x" * 2042,
+                )
+            )
         scripted.script("gpt-test", final("a short reply"))
-        handle = await start_task(client, settings.task_queue, "summarise", model="openai:gpt-test", session=session)
+        handle = await start_task(
+            client, settings.task_queue, "summarise", model="openai:gpt-test", session=session
+        )
         result: TaskResult = await handle.result()
         assert result.status == "replied"
         sizes[prior] = await history_bytes(handle)

@@ -12,10 +12,11 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 
 from errands.contracts import NewMessage
+from errands.control import SubtaskDraft
 from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
-from errands.workflow_io import RoundSettings
+from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 from tests.conftest import run_cli
 from tests.helpers import (
     CHILD_INITIATED,
@@ -60,7 +61,9 @@ async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
     text = "Compare Lisbon, Porto and Madrid for a weekend trip."
     convo = Conversation(
         [
-            delegate(general("About Lisbon", 1), general("About Porto", 1), general("About Madrid", 1)),
+            delegate(
+                general("About Lisbon", 1), general("About Porto", 1), general("About Madrid", 1)
+            ),
             final("Lisbon wins."),
         ],
         answer_branch,
@@ -77,10 +80,18 @@ async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
     events = await history_events(client.get_workflow_handle(state["task_id"]))
     starts = events_of(events, CHILD_INITIATED)
     assert len(starts) == 3
-    assert len({e.start_child_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id for e in starts}) == 1
-    assert [e.start_child_workflow_execution_initiated_event_attributes.workflow_id for e in starts] == [
-        f"{state['task_id']}/r0/b{k}" for k in (1, 2, 3)
-    ]
+    assert (
+        len(
+            {
+                e.start_child_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id
+                for e in starts
+            }
+        )
+        == 1
+    )
+    assert [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id for e in starts
+    ] == [f"{state['task_id']}/r0/b{k}" for k in (1, 2, 3)]
     received = sorted(r.received_at for r in convo.branch_requests)
     assert received[-1] - received[0] < 0.5, "every branch was asked before any answered"
 
@@ -96,16 +107,22 @@ async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
     assert calls[0]["tool_calls"][0]["function"]["name"] == "delegate"
     results = json.loads(tool_messages(round1)[0]["content"])
     assert [(r["subtask_id"], r["status"]) for r in results] == [
-        ("r0-b1", "completed"), ("r0-b2", "completed"), ("r0-b3", "completed")
+        ("r0-b1", "completed"),
+        ("r0-b2", "completed"),
+        ("r0-b3", "completed"),
     ]
-    assert {r["output"] for r in results} == {f"result for: About {c}" for c in ("Lisbon", "Porto", "Madrid")}
+    assert {r["output"] for r in results} == {
+        f"result for: About {c}" for c in ("Lisbon", "Porto", "Madrid")
+    }
 
     history = (await run_cli(env, "history", session, "--json")).json()["messages"]
     ids = [m["id"] for m in history]
     task = state["task_id"]
     for expected in (f"task:{task}:user", f"task:{task}:round:0:ack", f"task:{task}:reply"):
         assert ids.count(expected) == 1
-    assert sorted(i for i in ids if ":branch:" in i) == [f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)]
+    assert sorted(i for i in ids if ":branch:" in i) == [
+        f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)
+    ]
     assert len(ids) == len(set(ids))
     await keep_history(client, task, "delegate_three_branches")
     await keep_history(client, f"{task}/r0/b1", "subtask_branch")
@@ -114,16 +131,27 @@ async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
 @pytest.mark.parametrize(
     ("bad", "error"),
     [
-        (delegate(general("x", 5)), "subtask 1: reference 5 is outside the catalog (catalog has 1 entries"),
-        (Reply(calls=[Call("delegate", {"reply": "a", "subtasks": [general("x")]})] * 2), "Delegate once"),
+        (
+            delegate(general("x", 5)),
+            "subtask 1: reference 5 is outside the catalog (catalog has 1 entries",
+        ),
+        (
+            Reply(calls=[Call("delegate", {"reply": "a", "subtasks": [general("x")]})] * 2),
+            "Delegate once",
+        ),
         (delegate({"type": "astrology", "prompt": "x"}), "subtask 1: unknown type 'astrology'"),
         (final("   "), "`text` must be a non-blank string"),
     ],
     ids=["invalid-reference", "repeated-delegate", "unknown-type", "blank-text"],
 )
 async def test_a_rejected_control_call_comes_back_to_the_same_model_and_is_fixed(
-    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer,
-    bad: Reply, error: str,
+    client: Client,
+    worker,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    bad: Reply,
+    error: str,
 ) -> None:
     scripted.script("gpt-main", bad, final("fixed"))
     handle = await start_task(client, settings.task_queue, "question", model=MODEL)
@@ -132,7 +160,10 @@ async def test_a_rejected_control_call_comes_back_to_the_same_model_and_is_fixed
     first, second = scripted.requests_for("gpt-main")
     rejected, result_msg = second.body["messages"][-2:]
     assert rejected["tool_calls"][0]["function"]["name"] in ("delegate", "final_reply")
-    assert result_msg["role"] == "tool" and result_msg["tool_call_id"] == rejected["tool_calls"][0]["id"]
+    assert (
+        result_msg["role"] == "tool"
+        and result_msg["tool_call_id"] == rejected["tool_calls"][0]["id"]
+    )
     assert error in result_msg["content"] and "nothing was started" in result_msg["content"]
     assert second.body["messages"][:-2] == first.body["messages"]
     kinds = [r.kind for r in store.list_session(result.session_id)]
@@ -169,7 +200,11 @@ async def test_a_final_round_offers_only_final_reply_and_says_why(
     result = await handle.result()
     assert result.reply == "done" and result.steps == 2
     main = [r for r in scripted.requests if "final_reply" in json.dumps(r.body.get("tools", []))]
-    assert [t["function"]["name"] for t in main[0].body["tools"]] == ["final_reply", "delegate"]
+    assert [t["function"]["name"] for t in main[0].body["tools"]] == [
+        "final_reply",
+        "delegate",
+        "ask_user",
+    ]
     assert [t["function"]["name"] for t in main[1].body["tools"]] == ["final_reply"]
     system = main[1].body["messages"][0]["content"]
     assert "final round" in system and "step budget is spent (1 of 2 steps used)" in system
@@ -186,14 +221,17 @@ async def test_every_step_is_charged_and_a_round_exceeds_the_budget_by_one_step_
     scripted.script("gpt-main", *[convo] * 4)
     scripted.script("gpt-fallback", *[convo] * 1)
     handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback",
+        client,
+        settings.task_queue,
+        "q",
+        model=MODEL,
+        fallback_model="openai:gpt-fallback",
         settings=RoundSettings(step_budget=3),
     )
     result = await handle.result()
     # Round 1: two rejected calls spend the budget (3 of 3), so no further repair; the fallback
     # still gets its one-step floor: 4 steps, one over the allowance, never more.
     assert result.steps == 4
-    assert len(scripted.requests_for("gpt-main")) == 4 - 1 + 0 or True
     assert len(convo.main_requests) == 4
     assert result.status == "replied", "the completed branch is delivered by the deterministic join"
     assert result.reply == "result for: part"
@@ -205,7 +243,9 @@ async def test_a_401_after_a_completed_branch_replies_with_the_deterministic_joi
 ) -> None:
     convo = Conversation(
         [delegate(general("first", 1), general("second", 1)), Fail(401, "key revoked")],
-        lambda r: Reply(text="good result") if "first" in branch_prompt(r) else Fail(400, "bad request"),
+        lambda r: (
+            Reply(text="good result") if "first" in branch_prompt(r) else Fail(400, "bad request")
+        ),
         branches=2,
     ).install(scripted, "gpt-main")
     handle = await start_task(
@@ -233,15 +273,22 @@ async def test_both_slots_failing_deterministically_with_no_branches_fails_as_ex
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted"
-    assert "primary (openai:gpt-main)" in result.error.message and "fallback" in result.error.message
+    assert (
+        "primary (openai:gpt-main)" in result.error.message and "fallback" in result.error.message
+    )
 
 
 async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_complete(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
     convo = Conversation(
-        [delegate(general("ok one", 1), general("doomed", 1), general("ok two", 1)), final("partial")],
-        lambda r: Fail(400, "context too long") if "doomed" in branch_prompt(r) else Reply(text="fine"),
+        [
+            delegate(general("ok one", 1), general("doomed", 1), general("ok two", 1)),
+            final("partial"),
+        ],
+        lambda r: (
+            Fail(400, "context too long") if "doomed" in branch_prompt(r) else Reply(text="fine")
+        ),
         branches=3,
     ).install(scripted, "gpt-main")
     handle = await start_task(client, settings.task_queue, "q", model=MODEL)
@@ -263,7 +310,10 @@ async def test_a_branch_runs_its_types_work_tools(
         return Reply(text=f"found: {tools[0]['content']}")
 
     convo = Conversation(
-        [delegate({"type": "research", "prompt": "look it up", "params": {"depth": 2}}), final("ok")],
+        [
+            delegate({"type": "research", "prompt": "look it up", "params": {"depth": 2}}),
+            final("ok"),
+        ],
         research,
         branches=2,
     ).install(scripted, "gpt-main")
@@ -306,18 +356,148 @@ async def test_history_of_three_rounds_of_eight_branches_is_small_and_flat(
     for prior in (0, 500):
         session = f"big-{prior}-{uuid.uuid4().hex[:6]}"
         for i in range(prior):
-            store.append_once(NewMessage(
-                id=f"seed:{session}:{i}", session_id=session, role="user", kind="user",
-                text=f"{i:05d} " + "y" * 2042,
-            ))
+            store.append_once(
+                NewMessage(
+                    id=f"seed:{session}:{i}",
+                    session_id=session,
+                    role="user",
+                    kind="user",
+                    text=f"{i:05d} " + "y" * 2042,
+                )
+            )
         eight = [general(f"part {k}", 1) for k in range(8)]
         Conversation(
             [delegate(*eight), delegate(*eight), delegate(*eight), final("all done")],
             lambda r: Reply(text="branch output " * 50),
             branches=24,
         ).install(scripted, "gpt-main")
-        handle = await start_task(client, settings.task_queue, "big job", model=MODEL, session=session)
+        handle = await start_task(
+            client, settings.task_queue, "big job", model=MODEL, session=session
+        )
         assert (await handle.result()).reply == "all done"
         sizes[prior] = await history_bytes(handle)
     assert sizes[0] < 300_000, sizes
     assert sizes[500] <= sizes[0] * 1.10, sizes
+
+
+async def test_a_round_that_finds_its_stored_reply_returns_it_without_inference(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    task = f"task-{session}-1"
+    store.append_once(
+        NewMessage(
+            id=f"task:{task}:reply",
+            session_id=session,
+            role="assistant",
+            kind="reply",
+            text="already answered",
+            task_id=task,
+        )
+    )
+    handle = await client.start_workflow(
+        "TaskWorkflow",
+        TaskInput(task_id=task, session_id=session, text="q", model=MODEL),
+        id=task,
+        task_queue=settings.task_queue,
+        result_type=TaskResult,
+    )
+    result = await handle.result()
+    assert result.reply == "already answered"
+    assert scripted.requests == []
+
+
+async def test_a_round_that_finds_its_branches_started_reuses_its_acknowledgement(
+    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    task = f"task-{session}-1"
+    subtasks = [SubtaskDraft(type="general", prompt=f"part {k}", references=[1]) for k in (1, 2, 3)]
+    store.append_once(
+        NewMessage(
+            id=f"task:{task}:user",
+            session_id=session,
+            role="user",
+            kind="user",
+            text="q",
+            task_id=task,
+        )
+    )
+    store.append_once(
+        NewMessage(
+            id=f"task:{task}:round:0:ack",
+            session_id=session,
+            role="assistant",
+            kind="ack",
+            text="On it (stored).",
+            task_id=task,
+            round=0,
+            meta={"upto_seq": 1, "subtasks": [s.model_dump() for s in subtasks]},
+        )
+    )
+    store.append_once(
+        NewMessage(
+            id=f"task:{task}:round:0:branch:2",
+            session_id=session,
+            role="tool",
+            kind="branch",
+            text="stored result of part 2",
+            task_id=task,
+            round=0,
+            meta={"ordinal": 2, "status": "completed", **subtasks[1].model_dump()},
+        )
+    )
+    convo = Conversation([final("joined up")], answer_branch, branches=2).install(
+        scripted, "gpt-main"
+    )
+    handle = await client.start_workflow(
+        "TaskWorkflow",
+        TaskInput(task_id=task, session_id=session, text="q", model=MODEL),
+        id=task,
+        task_queue=settings.task_queue,
+        result_type=TaskResult,
+    )
+    assert (await handle.result()).reply == "joined up"
+    assert sorted(branch_prompt(r).splitlines()[0] for r in convo.branch_requests) == [
+        "part 1",
+        "part 3",
+    ]
+    round1 = convo.main_requests[0]
+    assert (
+        json.loads(round1.body["messages"][2]["tool_calls"][0]["function"]["arguments"])["reply"]
+        == "On it (stored)."
+    )
+    outputs = [r["output"] for r in json.loads(tool_messages(round1)[0]["content"])]
+    assert outputs == ["result for: part 1", "stored result of part 2", "result for: part 3"]
+
+
+async def test_rounds_whose_branches_all_fail_the_same_way_lead_to_a_final_round(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    convo = Conversation(
+        [delegate(general("try", 1))] * 3 + [final("giving up honestly")],
+        lambda r: Fail(403, "no access to the archive"),
+        branches=3,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    assert (await handle.result()).reply == "giving up honestly"
+    last = convo.main_requests[-1]
+    assert [t["function"]["name"] for t in last.body["tools"]] == ["final_reply"]
+    assert "all failed the same way" in last.body["messages"][0]["content"]
+    assert all("delegate" in json.dumps(r.body["tools"]) for r in convo.main_requests[:3])
+
+
+async def test_a_task_past_its_deadline_gets_a_final_round(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    Conversation(
+        [delegate(general("slow part", 1)), final("out of time")],
+        lambda r: Reply(text="slow", delay=1.5),
+        branches=1,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(deadline_seconds=1)
+    )
+    assert (await handle.result()).reply == "out of time"
+    system = scripted.requests_for("gpt-main")[-1].body["messages"][0]["content"]
+    assert "time limit (1 s) has passed" in system

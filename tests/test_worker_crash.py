@@ -22,18 +22,30 @@ from tests.helpers import Conversation, start_task
 
 def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "worker.py"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [sys.executable, "worker.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
 async def test_kill_9_of_the_worker_while_branches_run(
-    client: Client, dev_server: DevServer, database_url: str, store: SessionStore,
-    model_server: ScriptedModelServer, scripted: ScriptedModelServer,
+    client: Client,
+    dev_server: DevServer,
+    database_url: str,
+    store: SessionStore,
+    model_server: ScriptedModelServer,
+    scripted: ScriptedModelServer,
 ) -> None:
     queue = f"crash-{uuid.uuid4().hex[:6]}"
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))},
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
+        },
         "TEMPORAL_ADDRESS": dev_server.address,
         "ERRANDS_TASK_QUEUE": queue,
         "ERRANDS_DATABASE_URL": database_url,
@@ -47,14 +59,20 @@ async def test_kill_9_of_the_worker_while_branches_run(
 
     subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in (1, 2, 3)]
     convo = Conversation(
-        [Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})]), Reply(calls=[Call("final_reply", {"text": "survived"})])],
+        [
+            Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})]),
+            Reply(calls=[Call("final_reply", {"text": "survived"})]),
+        ],
         branch,
         branches=6,  # three in flight when the worker dies, each asked once more
     ).install(scripted, "gpt-main")
 
     first = spawn_worker(env)
     handle = await start_task(
-        client, queue, "long job", model="openai:gpt-main",
+        client,
+        queue,
+        "long job",
+        model="openai:gpt-main",
         settings=RoundSettings(model_timeout_seconds=4),
     )
     for _ in range(300):
@@ -80,7 +98,9 @@ async def test_kill_9_of_the_worker_while_branches_run(
     assert ids.count(f"task:{task}:user") == 1
     assert ids.count(f"task:{task}:round:0:ack") == 1
     assert ids.count(f"task:{task}:reply") == 1
-    assert sorted(i for i in ids if ":branch:" in i) == [f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)]
+    assert sorted(i for i in ids if ":branch:" in i) == [
+        f"task:{task}:round:0:branch:{k}" for k in (1, 2, 3)
+    ]
     assert len(ids) == len(set(ids))
     for k in (1, 2, 3):
         steps = [r for r in store.list_session(f"{task}/r0/b{k}") if r.kind == "step"]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import asyncio
+from dataclasses import dataclass
 
 from temporalio.exceptions import (
     ActivityError,
@@ -46,12 +45,17 @@ def describe(error: BaseException, max_attempts: int = 1) -> Failure:
         raise asyncio.CancelledError(str(error))
     cause: BaseException | None = error
     attempts = 1
-    if isinstance(error, ActivityError) and error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+    if (
+        isinstance(error, ActivityError)
+        and error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+    ):
         attempts = max_attempts
     while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.cause is not None:
         cause = cause.cause
     if isinstance(cause, ApplicationError):
         return Failure(cause.type or "internal", cause.message, attempts)
     if isinstance(cause, TimeoutError):
-        return Failure("transient", f"timed out ({cause.type.name if cause.type else 'timeout'})", attempts)
+        return Failure(
+            "transient", f"timed out ({cause.type.name if cause.type else 'timeout'})", attempts
+        )
     return Failure("internal", str(cause), attempts)

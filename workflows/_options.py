@@ -6,7 +6,14 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-NON_RECOVERABLE = ["credential", "permission", "unknown_model", "invalid_request", "payload_too_large", "internal"]
+NON_RECOVERABLE = [
+    "credential",
+    "permission",
+    "unknown_model",
+    "invalid_request",
+    "payload_too_large",
+    "internal",
+]
 """Kinds no retry or fallback can clear: the same dead credential would be presented again."""
 
 STORE_TIMEOUT = timedelta(seconds=30)

@@ -67,17 +67,26 @@ class SubtaskWorkflow:
                 )
             except ActivityError as exc:
                 failure = describe(exc, data.model_max_attempts)
-                ledger.charge("branches", data.model, calls=failure.attempts, failed_calls=failure.attempts)
+                ledger.charge(
+                    "branches", data.model, calls=failure.attempts, failed_calls=failure.attempts
+                )
                 posture = (
                     "a hiccup that may clear if retried later"
                     if failure.transient
                     else "a permanent error: retrying the same way will fail again"
                 )
-                error = f"model call failed at step {step} ({failure.kind}; {posture}): {failure.message}"
+                error = (
+                    f"model call failed at step {step} ({failure.kind}; {posture}): "
+                    f"{failure.message}"
+                )
                 break
             if not out.replayed:
                 ledger.charge(
-                    "branches", out.model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
+                    "branches",
+                    out.model,
+                    out.usage,
+                    calls=out.attempt,
+                    failed_calls=out.attempt - 1,
                 )
             if out.tool_calls == 0:
                 status, error = "completed", ""
@@ -87,12 +96,14 @@ class SubtaskWorkflow:
                     workflow.execute_activity_method(
                         ModelActivities.run_branch_tool,
                         RunToolInput(
-                            thread_id=thread_id, step=step, call_index=i,
+                            thread_id=thread_id,
+                            step=step,
+                            call_index=i,
                             subtask_type=data.subtask_type,
                         ),
                         start_to_close_timeout=timedelta(minutes=10),
                         retry_policy=STORE_RETRY,
-                        summary=f"branch r{data.round}/b{data.ordinal} · tool call {i} of step {step}",
+                        summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
                     )
                     for i in range(out.tool_calls)
                 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
@@ -25,10 +25,30 @@ with workflow.unsafe.imports_passed_through():
         OpenTaskInput,
         PrepareRoundInput,
         RecordBranchInput,
+        RememberInput,
         RoundStepInput,
+        SessionRef,
+    )
+    from errands.asking import (
+        Answer,
+        AnswerError,
+        QuestionSet,
+        accepted_decision,
+        check_citation,
+        clean_answer,
+        find_remembered,
+        headless_result,
+        is_dismissal,
+        parse_ask_user,
+        pending_view,
+        remembered_result,
+        result_for_answer,
+        timed_out_result,
+        validate_answer,
     )
     from errands.contracts import Message, ToolCall, UsageLedger
     from errands.control import (
+        ASK_USER,
         DELEGATE,
         FINAL_REPLY,
         ControlCallError,
@@ -43,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.subtask_types import SubtaskTypeInfo
     from errands.workflow_io import (
+        AnswerReceipt,
         SubtaskInput,
         TaskError,
         TaskInput,
@@ -51,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._failures import Failure, describe
     from workflows._options import STORE_RETRY, STORE_TIMEOUT, model_retry
+    from workflows._search import Publisher
     from workflows._subtask import SubtaskWorkflow
 
 
@@ -67,6 +89,11 @@ class TaskWorkflow:
         self._ledger = UsageLedger()
         self._reply: str | None = None
         self._error: TaskError | None = None
+        self._asks = 0
+        self._pending: QuestionSet | None = None
+        self._answer: Answer | None = None
+        self._answer_errors: list[str] = []
+        self._search = Publisher(enabled=False)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -84,7 +111,43 @@ class TaskWorkflow:
             usage=self._ledger,
             round=self._round,
             phase=self._phase,
+            pending_question=pending_view(self._pending)["pending_question"]
+            if self._pending
+            else None,
+            answer_errors=self._answer_errors[-5:],
         )
+
+    @workflow.query(name="pending_question")
+    def pending_question(self) -> dict[str, Any] | None:
+        return pending_view(self._pending)["pending_question"] if self._pending else None
+
+    # -- answers: an update that validates, a signal that records what it cannot use ----------
+
+    @workflow.update(name="answer_question")
+    def answer_question(self, payload: dict[str, Any]) -> AnswerReceipt:
+        assert self._pending is not None  # guaranteed by the validator
+        self._answer = clean_answer(self._pending, payload)
+        return AnswerReceipt(question_set_id=self._pending.id, status=self._answer.status)
+
+    @answer_question.validator
+    def _validate_answer(self, payload: dict[str, Any]) -> None:
+        if self._pending is None or self._answer is not None:
+            raise AnswerError(
+                f"task {self._data.task_id} has no question waiting for an answer "
+                f"(status: {self._status}); check `errands status {self._data.task_id}`"
+            )
+        validate_answer(self._pending, payload)
+
+    @workflow.signal(name="submit_answer")
+    def submit_answer(self, payload: dict[str, Any]) -> None:
+        try:
+            self._validate_answer(payload)
+        except (AnswerError, ValueError) as error:
+            self._answer_errors.append(str(error))
+            workflow.logger.warning("ignored an invalid answer signal: %s", error)
+            return
+        assert self._pending is not None
+        self._answer = clean_answer(self._pending, payload)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -92,6 +155,7 @@ class TaskWorkflow:
     async def run(self, data: TaskInput) -> TaskResult:
         self._input = data
         self._started = workflow.now()
+        self._search = Publisher(enabled=data.search_attributes)
         try:
             opened = await self._store_call(
                 SessionActivities.open_task,
@@ -100,7 +164,7 @@ class TaskWorkflow:
             self._types = opened.types
             await self._round_loop()
         except asyncio.CancelledError:
-            self._status, self._phase = "canceled", "canceled"
+            self._set_state("canceled", "canceled")
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             workflow.logger.exception("task %s failed outside a round", data.task_id)
@@ -125,7 +189,8 @@ class TaskWorkflow:
         data, settings = self._data, self._data.settings
         round_, retries, streak, last_signature = 0, 0, 0, ""
         while True:
-            self._round, self._phase = round_, f"round {round_}: deciding"
+            self._round = round_
+            self._set_state("running", f"round {round_}: deciding")
             state = await self._store_call(
                 SessionActivities.prepare_round,
                 PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=round_),
@@ -176,7 +241,9 @@ class TaskWorkflow:
                 )
             outcomes = await self._run_branches(round_, upto, decision, done)
             signature = _failure_signature(outcomes)
-            streak = streak + 1 if signature and signature == last_signature else int(bool(signature))
+            streak = (
+                streak + 1 if signature and signature == last_signature else int(bool(signature))
+            )
             last_signature = signature
             round_ += 1
 
@@ -225,7 +292,9 @@ class TaskWorkflow:
                 break
         if any_transient:
             return Failure("transient", "; ".join(diagnostics))
-        return Failure("exhausted", f"round {round_} found no usable decision: " + "; ".join(diagnostics))
+        return Failure(
+            "exhausted", f"round {round_} found no usable decision: " + "; ".join(diagnostics)
+        )
 
     async def _attempt(
         self,
@@ -236,11 +305,22 @@ class TaskWorkflow:
         final_reason: str | None,
         extra: list[Message],
     ) -> Decision | Rejection | Failure:
+        """One try on one model: steps until a control call ends the round (or the steps run
+        out). Every step is charged to the budget, failed ones included."""
         data, settings = self._data, self._data.settings
-        final = final_reason is not None
-        steps = 1 if final else max(1, settings.step_budget - self._steps)
-        offered = {FINAL_REPLY} if final or not self._types else {FINAL_REPLY, DELEGATE}
-        for step in range(steps):
+        reason = final_reason
+        steps_left = 1 if reason else max(1, settings.step_budget - self._steps)
+        dismissed = False
+        while steps_left > 0:
+            steps_left -= 1
+            final = reason is not None
+            # ask_user and work tools need a step after them, so the last step has neither.
+            follow_up = not final and steps_left > 0
+            offered = {FINAL_REPLY}
+            if not final and self._types:
+                offered.add(DELEGATE)
+            if follow_up:
+                offered.add(ASK_USER)
             self._steps += 1
             try:
                 out = await workflow.execute_activity_method(
@@ -252,8 +332,8 @@ class TaskWorkflow:
                         upto_seq=upto,
                         slot=slot,
                         model=model,
-                        final_reason=final_reason,
-                        work_tools=not final and steps - step > 1,
+                        final_reason=reason,
+                        work_tools=follow_up,
                         extra=extra,
                         max_subtasks=settings.max_subtasks,
                         max_output_tokens=settings.max_output_tokens,
@@ -264,36 +344,133 @@ class TaskWorkflow:
                 )
             except ActivityError as error:
                 failure = describe(error, settings.model_max_attempts)
-                self._ledger.charge("rounds", model, calls=failure.attempts, failed_calls=failure.attempts)
+                self._ledger.charge(
+                    "rounds", model, calls=failure.attempts, failed_calls=failure.attempts
+                )
+                if dismissed:
+                    return ReplyDecision(text=prompts.DISMISSED_REPLY)
                 return failure
             response = out.response
             self._ledger.charge(
                 "rounds", model, response.usage, calls=out.attempt, failed_calls=out.attempt - 1
             )
-            picked = pick_control_call(response.tool_calls, offered)
-            if picked is not None:
-                name, calls = picked
-                try:
-                    if name == FINAL_REPLY:
-                        return parse_final_reply(calls)
-                    return parse_delegate(
-                        calls,
-                        catalog_size=out.catalog_size,
-                        types=self._types,
-                        max_subtasks=settings.max_subtasks,
-                    )
-                except ControlCallError as error:
-                    subject = calls[-1] if name == FINAL_REPLY else calls[0]
-                    return Rejection(call=subject, error=str(error))
-            if response.tool_calls:
-                call = response.tool_calls[0]
-                return Rejection(
-                    call=call,
-                    error=f"There is no tool named {call.name!r} in this round; the tools you can "
-                    f"call are {sorted(offered)}.",
-                )
-            return Failure("no_decision", prompts.no_decision(response.finish_reason, response.text))
+            decision = self._read_step(response.tool_calls, offered, out.catalog_size)
+            if dismissed:
+                # The user declined to choose: whatever the model does now, the round ends
+                # with a short reply and nothing is started.
+                if isinstance(decision, ReplyDecision):
+                    return decision
+                return ReplyDecision(text=prompts.DISMISSED_REPLY)
+            if isinstance(decision, ToolCall):
+                outcome = await self._ask(round_, decision, extra)
+                if isinstance(outcome, Rejection):
+                    return outcome
+                if outcome == "dismissed":
+                    dismissed, reason, steps_left = True, prompts.DISMISSED_REASON, 1
+                continue
+            if decision is not None:
+                return decision
+            return Failure(
+                "no_decision", prompts.no_decision(response.finish_reason, response.text)
+            )
         return Failure("no_decision", "the attempt ran out of steps without a control call")
+
+    def _read_step(
+        self, calls: list[ToolCall], offered: set[str], catalog_size: int
+    ) -> Decision | Rejection | ToolCall | None:
+        """What one step's tool calls amount to: a decision, a call to repair, an ``ask_user``
+        call to carry out, or None when the model called nothing (narration)."""
+        picked = pick_control_call(calls, offered)
+        if picked is None:
+            if not calls:
+                return None
+            return Rejection(
+                call=calls[0],
+                error=f"There is no tool named {calls[0].name!r} in this round; the tools you "
+                f"can call are {sorted(offered)}.",
+            )
+        name, chosen = picked
+        if name == ASK_USER:
+            return chosen[0]
+        try:
+            if name == FINAL_REPLY:
+                return parse_final_reply(chosen)
+            return parse_delegate(
+                chosen,
+                catalog_size=catalog_size,
+                types=self._types,
+                max_subtasks=self._data.settings.max_subtasks,
+            )
+        except ControlCallError as error:
+            # A repeated final_reply is judged by its last call, everything else by its first.
+            subject = chosen[-1] if name == FINAL_REPLY else chosen[0]
+            return Rejection(call=subject, error=str(error))
+
+    # -- asking the user ----------------------------------------------------------------------
+
+    async def _ask(
+        self, round_: int, call: ToolCall, extra: list[Message]
+    ) -> Rejection | Literal["dismissed", "answered"]:
+        """Put a question to the user, or answer it from memory, and append the exchange to
+        this slot's messages (never to the session). A bad call comes back to be repaired."""
+        data = self._data
+        self._asks += 1
+        try:
+            questions = parse_ask_user(call, set_id=f"{data.task_id}-q{self._asks}")
+            decisions = await self._store_call(
+                SessionActivities.recall_decisions, SessionRef(session_id=data.session_id)
+            )
+            check_citation(questions, decisions)
+        except ControlCallError as error:
+            return Rejection(call=call, error=str(error))
+        remembered = None if questions.reopens else find_remembered(questions, decisions)
+        dismissed = False
+        if remembered is not None:
+            result = remembered_result(remembered)
+        elif data.headless:
+            result = headless_result(questions)
+        else:
+            answer = await self._wait_for_answer(round_, questions)
+            if answer is None:
+                result = timed_out_result(data.settings.ask_timeout_hours)
+            else:
+                result = result_for_answer(questions, answer)
+                dismissed = answer.status == "answered" and is_dismissal(answer)
+                accepted = accepted_decision(questions, answer)
+                if accepted is not None:
+                    await self._store_call(
+                        SessionActivities.remember_decision,
+                        RememberInput(
+                            session_id=data.session_id,
+                            decision_id=accepted.decision_id,
+                            record=accepted.model_dump(mode="json"),
+                        ),
+                    )
+        call_id = ids.provider_safe(call.id) or f"ask_{self._asks}"
+        extra += [
+            Message(role="assistant", tool_calls=[call.model_copy(update={"id": call_id})]),
+            Message(role="tool", tool_call_id=call_id, tool_name=ASK_USER, text=result),
+        ]
+        return "dismissed" if dismissed else "answered"
+
+    async def _wait_for_answer(self, round_: int, questions: QuestionSet) -> Answer | None:
+        """Wait durably for an answer; None when the timer ran out first."""
+        settings = self._data.settings
+        self._pending, self._answer = questions, None
+        self._set_state("waiting_for_user", f"round {round_}: waiting for the user")
+        try:
+            await workflow.wait_condition(
+                lambda: self._answer is not None,
+                timeout=timedelta(hours=settings.ask_timeout_hours),
+                timeout_summary="question timeout",
+            )
+        except TimeoutError:
+            return None
+        finally:
+            self._pending = None
+            self._set_state("running", f"round {round_}: deciding")
+        answer, self._answer = self._answer, None
+        return answer
 
     # -- branches ---------------------------------------------------------------------------
 
@@ -306,7 +483,9 @@ class TaskWorkflow:
         started = await asyncio.gather(*(self._branch(round_, upto, k, d) for k, d in todo))
         return sorted([*done.values(), *started], key=lambda b: b.ordinal)
 
-    async def _branch(self, round_: int, upto: int, ordinal: int, draft: SubtaskDraft) -> BranchOutcome:
+    async def _branch(
+        self, round_: int, upto: int, ordinal: int, draft: SubtaskDraft
+    ) -> BranchOutcome:
         data, settings = self._data, self._data.settings
         type_info = next(t for t in self._types if t.key == draft.type)
         try:
@@ -349,7 +528,9 @@ class TaskWorkflow:
             )
             return BranchOutcome(ordinal=ordinal, type=draft.type, status="failed", error=reason)
         self._ledger.merge("branches", result.usage)
-        return BranchOutcome(ordinal=ordinal, type=draft.type, status=result.status, error=result.error)
+        return BranchOutcome(
+            ordinal=ordinal, type=draft.type, status=result.status, error=result.error
+        )
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -361,18 +542,25 @@ class TaskWorkflow:
             JoinInput(task_id=data.task_id, session_id=data.session_id),
         )
         if joined is not None:
-            workflow.logger.warning("task %s replied by deterministic join: %s", data.task_id, failure.message)
+            workflow.logger.warning(
+                "task %s replied by deterministic join: %s", data.task_id, failure.message
+            )
             self._replied(joined)
             return
         kind = "exhausted" if failure.kind == "no_decision" else failure.kind
         self._fail(kind, failure.message)
 
     def _replied(self, text: str) -> None:
-        self._status, self._phase, self._reply = "replied", "replied", text
+        self._reply = text
+        self._set_state("replied", "replied")
 
     def _fail(self, kind: str, message: str) -> None:
-        self._status, self._phase = "failed", "failed"
         self._error = TaskError(kind=kind, message=message)  # type: ignore[arg-type]
+        self._set_state("failed", "failed")
+
+    def _set_state(self, status: str, phase: str) -> None:
+        self._status, self._phase = status, phase
+        self._search.publish(state=status, round_=self._round)
 
     async def _store_call(self, method: Any, arg: Any) -> Any:
         return await workflow.execute_activity_method(
@@ -385,7 +573,9 @@ def _repair_exchange(call_id: str, rejection: Rejection) -> list[Message]:
     return [
         Message(
             role="assistant",
-            tool_calls=[ToolCall(id=call_id, name=rejection.call.name, arguments=rejection.call.arguments)],
+            tool_calls=[
+                ToolCall(id=call_id, name=rejection.call.name, arguments=rejection.call.arguments)
+            ],
         ),
         Message(
             role="tool",

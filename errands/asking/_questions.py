@@ -281,7 +281,7 @@ def _parse_options(raw: Any, fail: _Fail) -> list[Option]:
             raise fail(f"option {m} must be an object with a `label`.")
         label = item.get("label")
         if not isinstance(label, str) or not label.strip():
-            raise fail(f"option {m} has a blank `label`; every option needs a few words.")
+            raise fail(f"option {m} needs a non-blank text `label` of a few words.")
         label = label.strip()
         description = item.get("description")
         if description is not None and not isinstance(description, str):

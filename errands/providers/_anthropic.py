@@ -67,12 +67,14 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
         if not message.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id of the call it answers")
-        return [{
-            "type": "tool_result",
-            "tool_use_id": message.tool_call_id,
-            "content": message.text,
-            "is_error": message.is_error,
-        }]
+        return [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message.text,
+                "is_error": message.is_error,
+            }
+        ]
     blocks: list[dict[str, Any]] = []
     if message.text:
         blocks.append({"type": "text", "text": message.text})

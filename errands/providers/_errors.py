@@ -28,8 +28,13 @@ import openai
 from temporalio.exceptions import ApplicationError
 
 ProviderErrorKind = Literal[
-    "transient", "credential", "permission", "unknown_model", "payload_too_large",
-    "invalid_request", "internal",
+    "transient",
+    "credential",
+    "permission",
+    "unknown_model",
+    "payload_too_large",
+    "invalid_request",
+    "internal",
 ]
 
 _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -56,13 +61,15 @@ def classify_provider_error(error: BaseException, provider: str) -> ApplicationE
     """
     if isinstance(error, _TIMEOUT_ERRORS):
         return _failure(
-            "transient", provider,
+            "transient",
+            provider,
             f"{provider} did not answer within the call timeout; the activity retry policy will "
             "try again (raise the model call timeout if this keeps happening)",
         )
     if isinstance(error, _CONNECTION_ERRORS):
         return _failure(
-            "transient", provider,
+            "transient",
+            provider,
             f"could not reach {provider} ({_describe(error)}); the activity retry policy will try "
             f"again - check {_URL_VARIABLES.get(provider, 'the base URL')} and the network if it "
             "persists",
@@ -71,12 +78,14 @@ def classify_provider_error(error: BaseException, provider: str) -> ApplicationE
         return _classify_status(error, provider)
     if isinstance(error, _CREDENTIAL_ERRORS) or _is_missing_anthropic_auth(error):
         return _failure(
-            "credential", provider,
+            "credential",
+            provider,
             f"{provider} has no usable credentials ({_describe(error)}); set "
             f"{_KEY_VARIABLES.get(provider, 'the API key')} on the worker and restart it",
         )
     return _failure(
-        "internal", provider,
+        "internal",
+        provider,
         f"calling {provider} failed with an unexpected {type(error).__name__}: "
         f"{_describe(error)}; this is a bug in errands, not a provider outage - report it",
     )
@@ -92,13 +101,16 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
     url_var = _URL_VARIABLES.get(provider, "the base URL variable")
     if status in _TRANSIENT_STATUSES or status >= 500 or _error_type(error) == "overloaded_error":
         return _failure(
-            "transient", provider,
+            "transient",
+            provider,
             f"{provider} answered HTTP {status} ({said}); the activity retry policy will try again",
-            status=status, next_retry_delay=_retry_after(error.response.headers),
+            status=status,
+            next_retry_delay=_retry_after(error.response.headers),
         )
     if status == 401:
         return _failure(
-            "credential", provider,
+            "credential",
+            provider,
             f"{provider} rejected the credentials (HTTP 401: {said}); set {key_var} to a valid key "
             f"for the server at {_origin(error)} (change {url_var} if that is the wrong server) "
             "and restart the worker",
@@ -106,7 +118,8 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
         )
     if status == 403:
         return _failure(
-            "permission", provider,
+            "permission",
+            provider,
             f"{provider} refused the request (HTTP 403: {said}); the key in {key_var} is valid but "
             "lacks access to this model or feature - grant it or choose another model",
             status=status,
@@ -115,7 +128,8 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
         model = _requested_model(error)
         which = f"model {model!r}" if model else "the model (check ERRANDS_MODEL)"
         return _failure(
-            "unknown_model", provider,
+            "unknown_model",
+            provider,
             f"{provider} does not know {which} (HTTP 404: {said}); fix the model name in "
             f"ERRANDS_MODEL / ERRANDS_FALLBACK_MODEL / ERRANDS_ADVISOR_MODEL, or {url_var} if it "
             "points at the wrong server",
@@ -123,13 +137,15 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
         )
     if status == 413:
         return _failure(
-            "payload_too_large", provider,
+            "payload_too_large",
+            provider,
             f"{provider} refused the request as too large (HTTP 413: {said}); retrying cannot help "
             "- the conversation must be compacted or the input shortened",
             status=status,
         )
     return _failure(
-        "invalid_request", provider,
+        "invalid_request",
+        provider,
         f"{provider} rejected the request (HTTP {status}: {said}); retrying the same request "
         "cannot succeed - fix the request or the model settings",
         status=status,
@@ -137,7 +153,11 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
 
 
 def _failure(
-    kind: ProviderErrorKind, provider: str, message: str, *, status: int | None = None,
+    kind: ProviderErrorKind,
+    provider: str,
+    message: str,
+    *,
+    status: int | None = None,
     next_retry_delay: timedelta | None = None,
 ) -> ApplicationError:
     return ApplicationError(

@@ -1,0 +1,308 @@
+"""ask_user: structured questions answered through the workflow update and signal (SPEC §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+
+from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.workflow_io import TaskStatus
+from tests.conftest import run_cli
+from tests.helpers import keep_history, start_task
+
+MODEL = "openai:gpt-ask"
+
+DATABASE = {
+    "question": "Which database should the new service use?",
+    "header": "Database",
+    "options": [
+        {"label": "PostgreSQL", "description": "Recommended: we already run it"},
+        {"label": "SQLite"},
+    ],
+}
+
+
+def ask(*questions: dict[str, Any], **extra: Any) -> Reply:
+    return Reply(calls=[Call("ask_user", {"questions": list(questions), **extra})])
+
+
+def final(text: str) -> Reply:
+    return Reply(calls=[Call("final_reply", {"text": text})])
+
+
+def last_tool_result(request: RecordedRequest) -> str:
+    return [m for m in request.body["messages"] if m["role"] == "tool"][-1]["content"]
+
+
+async def until_waiting(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+    for _ in range(300):
+        status = await handle.query("status", result_type=TaskStatus)
+        if status.status == "waiting_for_user":
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError("the task never waited for the user")
+
+
+async def test_a_question_is_answered_through_the_cli_and_the_same_round_resumes(
+    client: Client, worker, cli_env, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("Going with PostgreSQL."))
+    env = {**cli_env, "ERRANDS_MODEL": MODEL}
+    started = await run_cli(env, "run", "Set up the new service", "--detach", "--json")
+    task = started.json()["task_id"]
+    await until_waiting(client.get_workflow_handle(task))
+
+    status = (await run_cli(env, "status", task, "--json")).json()
+    assert status["status"] == "waiting_for_user"
+    pending = status["pending_question"]
+    assert [q["id"] for q in pending["questions"]] == ["q1"]
+    labels = [o["label"] for o in pending["questions"][0]["options"]]
+    assert labels[:2] == ["PostgreSQL", "SQLite"]
+
+    rejected = await run_cli(env, "answer", task, "q1=MongoDB")
+    assert rejected.code == 2
+    assert "PostgreSQL" in rejected.stderr and "SQLite" in rejected.stderr
+    assert (await run_cli(env, "status", task, "--json")).json()["status"] == "waiting_for_user"
+
+    accepted = await run_cli(env, "answer", task, "q1=PostgreSQL", "--json")
+    assert accepted.code == 0, accepted.stderr
+    done = (await run_cli(env, "wait", task, "--json", "--timeout", "60")).json()
+    assert done["status"] == "replied" and done["reply"] == "Going with PostgreSQL."
+    assert done["rounds"] == 1, "the answer resumed the same round"
+
+    second = scripted.requests_for("gpt-ask")[1]
+    result = last_tool_result(second)
+    assert "Database: PostgreSQL" in result
+    assert f"decision_id: {pending['decision_id']}" in result
+    await keep_history(client, task, "ask_user_answered")
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"question": "  ", "header": "H", "options": DATABASE["options"]}, "question 1"),
+        ({**DATABASE, "options": [{"label": "Only"}]}, "option"),
+        ({**DATABASE, "options": [{"label": "A"}, {"label": "  "}]}, "label"),
+        ({**DATABASE, "options": [{"label": "A "}, {"label": " A"}]}, "same label"),
+        (
+            {
+                "question": "Name it?",
+                "header": "Name",
+                "type": "text",
+                "options": [{"label": "x"}, {"label": "y"}],
+            },
+            "text",
+        ),
+        ({**DATABASE, "type": "essay"}, "type"),
+    ],
+    ids=[
+        "blank-question",
+        "one-option",
+        "blank-label",
+        "duplicate-label",
+        "options-on-text",
+        "unknown-type",
+    ],
+)
+async def test_an_invalid_ask_comes_back_as_an_error_the_model_repairs(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer, bad: dict, error: str
+) -> None:
+    scripted.script("gpt-ask", ask(bad), final("fixed without asking"))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    assert (await handle.result()).reply == "fixed without asking"
+    result = last_tool_result(scripted.requests_for("gpt-ask")[1])
+    assert error in result.lower() and "nothing was started" in result
+
+
+async def test_questions_sent_as_a_json_string_are_accepted(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script(
+        "gpt-ask",
+        Reply(calls=[Call("ask_user", {"questions": json.dumps([DATABASE])})]),
+        final("ok"),
+    )
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    status = await until_waiting(handle)
+    assert status.pending_question is not None
+    await handle.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},
+    )
+    assert (await handle.result()).reply == "ok"
+
+
+async def test_a_dismissed_question_ends_the_round_with_a_short_reply(
+    client: Client,
+    worker,
+    settings: Settings,
+    cli_env,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("Understood, tell me when you decide."))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    await until_waiting(handle)
+    assert (await run_cli(cli_env, "answer", handle.id, "--dismiss")).code == 0
+    result = await handle.result()
+    assert result.reply == "Understood, tell me when you decide."
+    follow_up = scripted.requests_for("gpt-ask")[1]
+    assert "without choosing anything" in last_tool_result(follow_up)
+    assert [t["function"]["name"] for t in follow_up.body["tools"]] == ["final_reply"]
+    assert store.list_decisions(result.session_id) == {}, "a dismissal is not a decision"
+
+
+async def test_a_cancelled_question_tells_the_model_nothing_was_chosen(
+    client: Client, worker, settings: Settings, cli_env, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("carrying on without it"))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    await until_waiting(handle)
+    assert (await run_cli(cli_env, "answer", handle.id, "--cancel")).code == 0
+    assert (await handle.result()).reply == "carrying on without it"
+    assert "cancelled" in last_tool_result(scripted.requests_for("gpt-ask")[1])
+
+
+async def test_a_headless_task_gets_an_explicit_assumption_instead_of_waiting(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("Assumed PostgreSQL."))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL, headless=True)
+    assert (await handle.result()).reply == "Assumed PostgreSQL."
+    result = last_tool_result(scripted.requests_for("gpt-ask")[1])
+    assert "your own assumption, not the user's answer" in result and "easiest to undo" in result
+
+
+async def test_an_invalid_signal_is_recorded_and_the_question_stays_pending(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("done"))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    status = await until_waiting(handle)
+    qs_id = status.pending_question["id"]  # type: ignore[index]
+    await handle.signal("submit_answer", {"question_set_id": qs_id, "answers": {"q1": ["Oracle"]}})
+    await handle.signal("submit_answer", {"question_set_id": "nope", "answers": {}})
+    for _ in range(50):
+        status = await handle.query("status", result_type=TaskStatus)
+        if len(status.answer_errors) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert status.status == "waiting_for_user"
+    assert "PostgreSQL" in status.answer_errors[0] and "nope" in status.answer_errors[1]
+    await handle.signal(
+        "submit_answer", {"question_set_id": qs_id, "answers": {"q1": ["PostgreSQL"]}}
+    )
+    assert (await handle.result()).reply == "done"
+    await keep_history(client, handle.id, "ask_user_signals")
+
+
+async def test_an_update_with_a_single_select_given_two_labels_is_rejected(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("done"))
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    status = await until_waiting(handle)
+    qs_id = status.pending_question["id"]  # type: ignore[index]
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await handle.execute_update(
+            "answer_question",
+            {"question_set_id": qs_id, "answers": {"q1": ["PostgreSQL", "SQLite"]}},
+        )
+    assert "one" in str(rejected.value.cause).lower()
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("answer_question", {"question_set_id": "other", "answers": {}})
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(
+            "answer_question", {"question_set_id": qs_id, "answers": {"q1": ["  "], "q9": ["x"]}}
+        )
+    assert (await handle.query("status", result_type=TaskStatus)).status == "waiting_for_user"
+    await handle.execute_update(
+        "answer_question", {"question_set_id": qs_id, "answers": {"q1": "SQLite"}}
+    )
+    assert (await handle.result()).reply == "done"
+
+
+async def test_the_same_question_in_the_same_session_is_answered_from_memory(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    session = f"mem-{uuid.uuid4().hex[:6]}"
+    scripted.script("gpt-ask", ask(DATABASE), final("first"))
+    first = await start_task(client, settings.task_queue, "q1", model=MODEL, session=session)
+    status = await until_waiting(first)
+    await first.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["PostgreSQL"]}},  # type: ignore[index]
+    )
+    await first.result()
+
+    similar = {**DATABASE, "question": "Which database should this new service use?"}
+    scripted.script("gpt-ask", ask(similar), final("second"))
+    second = await start_task(client, settings.task_queue, "q2", model=MODEL, session=session)
+    assert (await second.result()).reply == "second", "answered without waiting"
+    remembered = last_tool_result(scripted.requests_for("gpt-ask")[-1])
+    assert "PostgreSQL" in remembered and status.pending_question["decision_id"] in remembered  # type: ignore[index]
+
+
+async def test_citing_a_decision_with_new_evidence_asks_again_and_overwrites(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"reopen-{uuid.uuid4().hex[:6]}"
+    scripted.script("gpt-ask", ask(DATABASE), final("first"))
+    first = await start_task(client, settings.task_queue, "q1", model=MODEL, session=session)
+    status = await until_waiting(first)
+    decision = status.pending_question["decision_id"]  # type: ignore[index]
+    await first.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["PostgreSQL"]}},  # type: ignore[index]
+    )
+    await first.result()
+
+    scripted.script(
+        "gpt-ask",
+        ask(DATABASE, decision_id="dec-0000000000000000", new_evidence="x"),
+        ask(DATABASE, decision_id=decision, new_evidence="The host has no PostgreSQL any more."),
+        final("second"),
+    )
+    second = await start_task(client, settings.task_queue, "q2", model=MODEL, session=session)
+    status = await until_waiting(second)
+    unknown = last_tool_result(scripted.requests_for("gpt-ask")[-1])
+    assert "dec-0000000000000000" in unknown
+    await second.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},  # type: ignore[index]
+    )
+    assert (await second.result()).reply == "second"
+    stored = store.list_decisions(session)
+    assert list(stored) == [decision]
+    assert stored[decision]["answers"] == {"q1": ["SQLite"]}
+
+
+async def test_the_search_attribute_finds_exactly_the_waiting_tasks(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-ask", ask(DATABASE), final("a"))
+    scripted.script("gpt-other", final("b"))
+    waiting = await start_task(client, settings.task_queue, "q", model=MODEL)
+    done = await start_task(client, settings.task_queue, "q", model="openai:gpt-other")
+    await done.result()
+    status = await until_waiting(waiting)
+    query = f'ErrandsWaitingForUser = true AND TaskQueue = "{settings.task_queue}"'
+    found: list[str] = []
+    for _ in range(50):
+        found = [w.id async for w in client.list_workflows(query)]
+        if found:
+            break
+        await asyncio.sleep(0.2)
+    assert found == [waiting.id]
+    await waiting.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},  # type: ignore[index]
+    )
+    await waiting.result()

@@ -1,0 +1,56 @@
+"""Typed search attributes: what operators filter on in the Temporal UI and in
+``temporal workflow list --query``.
+
+They must be registered on the namespace (``errands dev`` and the test servers do it; see deploy/
+for a cluster). A task started with ``search_attributes=False`` never touches them.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+STATE = SearchAttributeKey.for_keyword("ErrandsState")
+WAITING = SearchAttributeKey.for_bool("ErrandsWaitingForUser")
+ROUND = SearchAttributeKey.for_int("ErrandsRound")
+COST = SearchAttributeKey.for_float("ErrandsCost")
+SESSION = SearchAttributeKey.for_keyword("ErrandsSession")
+
+
+def initial(session_id: str) -> TypedSearchAttributes:
+    """Set by the frontend at start, so an unregistered attribute fails the start, not the task."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(STATE, "running"),
+            SearchAttributePair(WAITING, False),
+            SearchAttributePair(ROUND, 0),
+            SearchAttributePair(SESSION, session_id),
+        ]
+    )
+
+
+class Publisher:
+    """Upserts only what changed: one small history event per change, none per query."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+        self._last: dict[str, object] = {}
+
+    def publish(self, *, state: str, round_: int, cost: float | None = None) -> None:
+        if not self._enabled:
+            return
+        wanted: dict[str, object] = {
+            STATE.name: state,
+            WAITING.name: state == "waiting_for_user",
+            ROUND.name: round_,
+        }
+        if cost is not None:
+            wanted[COST.name] = cost
+        changed = {k: v for k, v in wanted.items() if self._last.get(k) != v}
+        if not changed:
+            return
+        keys = {STATE.name: STATE, WAITING.name: WAITING, ROUND.name: ROUND, COST.name: COST}
+        workflow.upsert_search_attributes(
+            [keys[name].value_set(value) for name, value in changed.items()]  # type: ignore[attr-defined]
+        )
+        self._last.update(changed)
