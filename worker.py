@@ -14,15 +14,15 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import ModelActivities, SessionActivities
+from activities import ConsultActivities, ModelActivities, SessionActivities
 from errands.client import connect
 from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
 from errands.store import SessionStore, open_store
 from errands.subtask_types import SubtaskType, load_types
-from workflows import SubtaskWorkflow, TaskWorkflow
+from workflows import SideQuestionWorkflow, SubtaskWorkflow, TaskWorkflow
 
-WORKFLOWS = [TaskWorkflow, SubtaskWorkflow]
+WORKFLOWS = [TaskWorkflow, SubtaskWorkflow, SideQuestionWorkflow]
 
 
 def build_worker(
@@ -51,6 +51,7 @@ def build_activities(
 ) -> list[Callable[..., Any]]:
     session = SessionActivities(store, types)
     models = ModelActivities(store, router, types)
+    consult = ConsultActivities(store, router, types)
     return [
         session.open_task,
         session.prepare_round,
@@ -64,6 +65,8 @@ def build_activities(
         models.open_branch,
         models.branch_step,
         models.run_branch_tool,
+        consult.consult_advisor,
+        consult.answer_side_question,
     ]
 
 

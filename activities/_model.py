@@ -9,6 +9,7 @@ import json
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities._requests import round_request
 from errands import ids, prompts
 from errands.activity_io import (
     BranchStepInput,
@@ -19,11 +20,8 @@ from errands.activity_io import (
     RunToolInput,
     RunToolOutput,
 )
-from errands.asking import ask_user_spec
 from errands.catalog import referenced_messages, render_session
-from errands.contracts import Message, ModelRequest, ModelResponse, NewMessage, ToolCall
-from errands.control import delegate_spec, final_reply_spec
-from errands.providers import classify_provider_error
+from errands.contracts import Message, ModelRequest, NewMessage, ToolCall
 from errands.routing import ModelRouter
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
@@ -37,43 +35,15 @@ class ModelActivities:
         self._router = router
         self._types = types
 
-    async def _complete(
-        self, model_spec: str, request: ModelRequest, timeout: float
-    ) -> ModelResponse:
-        route = self._router.route(model_spec)
-        try:
-            return await route.provider.complete(route.model, request, timeout=timeout)
-        except ApplicationError:
-            raise
-        except Exception as error:  # noqa: BLE001 - one place decides retry posture
-            raise classify_provider_error(error, route.provider.name) from error
-
     @activity.defn(name="round_step")
     async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
-        rows = await asyncio.to_thread(
-            self._store.list_session, data.session_id, upto_seq=data.upto_seq
+        request, catalog_size = await asyncio.to_thread(
+            round_request, self._store, self._types, data
         )
-        rendered = render_session(rows, data.task_id)
-        types = list(self._types.values())
-        delegable = data.final_reason is None and bool(types)
-        tools = [final_reply_spec()]
-        if delegable:
-            tools.append(delegate_spec([t.info() for t in types], data.max_subtasks))
-        if data.final_reason is None and data.work_tools:
-            tools.append(ask_user_spec())
-        request = ModelRequest(
-            system=prompts.round_instructions(
-                types, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
-            ),
-            messages=rendered.messages + data.extra,
-            tools=tools,
-            tool_choice="required",
-            max_output_tokens=data.max_output_tokens,
-        )
-        response = await self._complete(data.model, request, _timeout())
+        response = await self._router.complete(data.model, request, timeout=model_timeout())
         return RoundStepOutput(
             response=response,
-            catalog_size=len(rendered.catalog),
+            catalog_size=catalog_size,
             attempt=activity.info().attempt,
         )
 
@@ -123,7 +93,7 @@ class ModelActivities:
             tool_choice="auto",
             max_output_tokens=data.max_output_tokens,
         )
-        response = await self._complete(data.model, request, _timeout())
+        response = await self._router.complete(data.model, request, timeout=model_timeout())
         # Only tools this type offers may run; anything else is answered as an error result.
         await asyncio.to_thread(
             self._store.append_once,
@@ -222,7 +192,7 @@ def thread_messages(rows: list) -> list[Message]:  # type: ignore[type-arg]
     return out
 
 
-def _timeout() -> float:
+def model_timeout() -> float:
     """The SDK timeout: a little inside the activity's start-to-close so ours fires first."""
     info = activity.info()
     if info.start_to_close_timeout:

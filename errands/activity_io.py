@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from errands.contracts import Message, ModelResponse, Usage
+from errands.advisor import AdvisorResult
+from errands.contracts import Message, ModelResponse, ModelUsage, Usage
 from errands.control import SubtaskDraft
 from errands.subtask_types import SubtaskTypeInfo
 
@@ -59,6 +60,8 @@ class RoundStepInput(BaseModel):
     """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
     work_tools: bool = True
     """Offer the tools that need a step after them: ``ask_user`` and the work tools."""
+    advisor: bool = True
+    """Offer the ``advisor`` work tool (with ``work_tools``)."""
     extra: list[Message] = Field(default_factory=list)
     """This slot's own messages after the rendered session (repairs, work-tool exchanges)."""
     max_subtasks: int = 8
@@ -152,3 +155,37 @@ class RunToolInput(BaseModel):
 class RunToolOutput(BaseModel):
     ok: bool
     chars: int
+
+
+class AdvisorInput(BaseModel):
+    round: RoundStepInput
+    """The round step that called ``advisor``: its request is the advisor's context."""
+    question: str
+    model: str
+    uses: int
+    """Successful consultations so far in this task."""
+    limit: int
+
+
+class AdvisorOutput(BaseModel):
+    result: AdvisorResult
+    usage: Usage
+    model: str
+    attempt: int = 1
+
+
+class SideQuestionInput(BaseModel):
+    task_id: str
+    question: str
+    model: str
+    """The side-question model; the preferred path needs it to be the round's model."""
+    round: RoundStepInput | None = None
+    """The task's latest round request, or None when no round has run yet."""
+    session_id: str
+
+
+class SideAnswer(BaseModel):
+    answer: str
+    path: Literal["preferred", "fallback"]
+    model: str
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)

@@ -25,11 +25,13 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
+from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.client import connect
 from errands.devserver import DevServer, port_open
+from errands.picker import pick_answer
 from errands.settings import Settings, load_settings
 from errands.store import open_store
-from errands.workflow_io import TaskInput, TaskResult, TaskStatus
+from errands.workflow_io import SideQuestion, TaskInput, TaskResult, TaskStatus
 from workflows import _search as search
 
 STATUS_FIELDS = ("task_id", "session_id", "status", "reply", "error", "usage")
@@ -88,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument("--cancel", action="store_true", help="cancel the question")
     answer.add_argument("--json", action="store_true")
     answer.set_defaults(handler=_answer)
+
+    btw = sub.add_parser("btw", help="ask a side question about a task without disturbing it")
+    btw.add_argument("task")
+    btw.add_argument("question")
+    btw.add_argument("--json", action="store_true")
+    btw.set_defaults(handler=_btw)
 
     history = sub.add_parser("history", help="show a session's messages")
     history.add_argument("session")
@@ -249,6 +257,63 @@ async def _answer(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _btw(args: argparse.Namespace) -> int:
+    if not args.question.strip():
+        raise UsageError("the side question is empty; write what you want to know")
+    settings = load_settings()
+    async with _stack(settings, need_worker_here=False) as client:
+        handle = client.get_workflow_handle(args.task)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            raise UsageError(
+                f"no task {args.task!r} ({error.message}); check the task id"
+            ) from None
+        try:
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                answer = await handle.execute_update(
+                    "ask_side_question",
+                    SideQuestion(question=args.question),
+                    result_type=SideAnswer,
+                )
+            else:
+                answer = await _btw_finished(client, settings, args.task, args.question)
+        except (WorkflowUpdateFailedError, WorkflowFailureError) as error:
+            cause = error.cause
+            while getattr(cause, "cause", None) is not None:
+                cause = cause.cause  # type: ignore[attr-defined]
+            raise UsageError(f"side question not answered: {cause}") from None
+    if args.json:
+        print(json.dumps({"task_id": args.task, **answer.model_dump(mode="json")}))
+    else:
+        print(answer.answer)
+    return 0
+
+
+async def _btw_finished(
+    client: Client, settings: Settings, task_id: str, question: str
+) -> SideAnswer:
+    """A finished task takes no updates: a short-lived workflow answers from its last round."""
+    state = await _closed_state(client, task_id)
+    last_round = state.get("last_round")
+    session_id = state.get("session_id") or ""
+    model = state.get("side_question_model") or settings.default_model()[0]
+    data = SideQuestionInput(
+        task_id=task_id,
+        session_id=session_id,
+        question=question,
+        model=model,
+        round=RoundStepInput.model_validate(last_round) if last_round else None,
+    )
+    return await client.execute_workflow(
+        "SideQuestionWorkflow",
+        data,
+        id=f"{task_id}/btw-{secrets.token_hex(3)}",
+        task_queue=settings.task_queue,
+        result_type=SideAnswer,
+    )
+
+
 async def _history(args: argparse.Namespace) -> int:
     store = open_store(load_settings().session_database_url())
     try:
@@ -339,6 +404,8 @@ async def _closed_state(client: Client, task_id: str) -> dict[str, Any]:
 async def _wait_for(
     client: Client, task_id: str, *, timeout: float | None, progress: bool
 ) -> dict[str, Any]:
+    interactive = progress and sys.stdin.isatty() and sys.stdout.isatty()
+
     async def follow() -> dict[str, Any]:
         last = ""
         while True:
@@ -348,9 +415,21 @@ async def _wait_for(
             if progress and state.get("phase") and state["phase"] != last:
                 last = state["phase"]
                 _note(f"  … {last}")
+            if interactive and state.get("pending_question"):
+                await _answer_interactively(client, task_id, state["pending_question"])
             await asyncio.sleep(0.3)
 
     return await asyncio.wait_for(follow(), timeout)
+
+
+async def _answer_interactively(client: Client, task_id: str, pending: dict[str, Any]) -> None:
+    """Show the pending question as a picker on this terminal and send the answer."""
+    payload = await asyncio.to_thread(pick_answer, pending)
+    try:
+        await client.get_workflow_handle(task_id).execute_update("answer_question", payload)
+    except WorkflowUpdateFailedError as error:
+        reason = error.cause.message if isinstance(error.cause, ApplicationError) else error.cause
+        _note(f"errands: answer rejected: {reason}")
 
 
 def _print_state(state: dict[str, Any], as_json: bool) -> None:

@@ -9,12 +9,14 @@ import anthropic
 import openai
 from temporalio.exceptions import ApplicationError
 
+from errands.contracts import ModelRequest, ModelResponse
 from errands.demo import start_demo_server
 from errands.providers import (
     AnthropicMessagesProvider,
     OpenAIChatProvider,
     Provider,
     anthropic_client,
+    classify_provider_error,
     openai_client,
 )
 from errands.scripted import ScriptedModelServer
@@ -43,6 +45,16 @@ class ModelRouter:
             if provider_name not in self._providers:
                 self._providers[provider_name] = self._build(provider_name)
         return Route(self._providers[provider_name], model)
+
+    async def complete(self, spec: str, request: ModelRequest, *, timeout: float) -> ModelResponse:
+        """One provider call; any provider error leaves here classified (DESIGN invariant 3)."""
+        route = self.route(spec)
+        try:
+            return await route.provider.complete(route.model, request, timeout=timeout)
+        except ApplicationError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the one place that decides retry posture
+            raise classify_provider_error(error, route.provider.name) from error
 
     async def aclose(self) -> None:
         """Close the SDK clients' connections and stop the demo server, if one was started."""

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from errands.activity_io import RoundStepInput
 from errands.contracts import ModelUsage, UsageLedger
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
@@ -55,6 +56,9 @@ class RoundSettings(BaseModel):
     """First wait before a transient round is retried; doubles each time."""
     ask_timeout_hours: float = 24
     """How long a question waits for the user before the model is told no one answered."""
+    advisor_limit: int = 3
+    """Successful advisor consultations per task; failed ones do not count."""
+    side_question_timeout_seconds: float = 180
 
 
 class TaskInput(BaseModel):
@@ -65,6 +69,10 @@ class TaskInput(BaseModel):
     model: str
     """``provider:model`` of the primary slot, resolved by the frontend (``demo`` offline)."""
     fallback_model: str | None = None
+    advisor_model: str | None = None
+    """``provider:model`` of the advisor; None: the task's model."""
+    side_question_model: str | None = None
+    """``provider:model`` for side questions; None: the task's model (the cache-friendly path)."""
     headless: bool = False
     """No one will answer questions: ``ask_user`` gets an explicit assumption result."""
     search_attributes: bool = True
@@ -86,6 +94,9 @@ class TaskResult(BaseModel):
     rounds: int = 0
     steps: int = 0
     usage: UsageLedger = Field(default_factory=UsageLedger)
+    last_round: RoundStepInput | None = None
+    """The latest round's request, by reference: what a side question replays."""
+    side_question_model: str | None = None
 
 
 class TaskStatus(TaskResult):
@@ -122,6 +133,12 @@ class SubtaskResult(BaseModel):
     error: str | None = None
     steps: int = 0
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
+
+
+class SideQuestion(BaseModel):
+    """The ``ask_side_question`` update's input."""
+
+    question: str
 
 
 class AnswerReceipt(BaseModel):

@@ -26,6 +26,7 @@ async def start_task(
     session: str | None = None,
     settings: RoundSettings | None = None,
     headless: bool = False,
+    advisor_model: str | None = None,
 ) -> WorkflowHandle[Any, TaskResult]:
     session_id, task_id = new_ids()
     if session:
@@ -39,6 +40,7 @@ async def start_task(
             model=model,
             fallback_model=fallback_model,
             headless=headless,
+            advisor_model=advisor_model,
             settings=settings or RoundSettings(),
         ),
         id=task_id,

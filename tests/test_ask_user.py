@@ -306,3 +306,52 @@ async def test_the_search_attribute_finds_exactly_the_waiting_tasks(
         {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},  # type: ignore[index]
     )
     await waiting.result()
+
+
+async def test_errands_run_on_a_terminal_answers_with_the_picker(
+    worker, cli_env, scripted: ScriptedModelServer
+) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    scripted.script("gpt-ask", ask(DATABASE), final("SQLite chosen."))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "errands.cli", "run", "Set it up"],
+        env={**cli_env, "ERRANDS_MODEL": MODEL, "TERM": "xterm"},
+        cwd=ROOT,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    async def read_until(marker: bytes, timeout: float = 60) -> None:
+        nonlocal seen
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while marker not in seen:
+            assert loop.time() < deadline, f"never saw {marker!r} in {seen[-500:]!r}"
+            try:
+                seen += await asyncio.wait_for(loop.run_in_executor(None, os.read, master, 4096), 5)
+            except (TimeoutError, OSError):
+                continue
+
+    try:
+        await read_until(b"SQLite")
+        os.write(master, b"\x1b[B")
+        await asyncio.sleep(0.3)
+        os.write(master, b"\r")
+        await read_until(b"SQLite chosen.")
+        assert await asyncio.to_thread(proc.wait, 60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert "Database: SQLite" in last_tool_result(scripted.requests_for("gpt-ask")[1])

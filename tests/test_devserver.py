@@ -105,6 +105,23 @@ def test_server_that_exits_while_starting_raises_with_its_log(tmp_path: Path) ->
 
 
 def test_start_refuses_a_port_that_is_already_taken() -> None:
-    with DevServer(port=free_port(), ui_port=None) as first:
+    first = _started_on_a_free_port()
+    try:
         with pytest.raises(RuntimeError, match="already taken"):
             DevServer(port=first.port, ui_port=None).start()
+    finally:
+        first.stop()
+
+
+def _started_on_a_free_port(attempts: int = 3) -> DevServer:
+    """A free port can be taken between the check and the bind, by the server's own random
+    side ports among others: try a fresh one rather than fail on that race."""
+    for attempt in range(attempts):
+        server = DevServer(port=free_port(), ui_port=None)
+        try:
+            return server.start()
+        except RuntimeError:
+            server.stop()
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

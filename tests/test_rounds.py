@@ -204,6 +204,7 @@ async def test_a_final_round_offers_only_final_reply_and_says_why(
         "final_reply",
         "delegate",
         "ask_user",
+        "advisor",
     ]
     assert [t["function"]["name"] for t in main[1].body["tools"]] == ["final_reply"]
     system = main[1].body["messages"][0]["content"]

@@ -15,9 +15,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ModelActivities, SessionActivities
+    from activities import ConsultActivities, ModelActivities, SessionActivities
     from errands import ids, prompts
     from errands.activity_io import (
+        AdvisorInput,
         AppendAckInput,
         AppendReplyInput,
         BranchOutcome,
@@ -28,7 +29,10 @@ with workflow.unsafe.imports_passed_through():
         RememberInput,
         RoundStepInput,
         SessionRef,
+        SideAnswer,
+        SideQuestionInput,
     )
+    from errands.advisor import ADVISOR_TOOL, error_result, limit_reached_result, parse_question
     from errands.asking import (
         Answer,
         AnswerError,
@@ -64,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.subtask_types import SubtaskTypeInfo
     from errands.workflow_io import (
         AnswerReceipt,
+        SideQuestion,
         SubtaskInput,
         TaskError,
         TaskInput,
@@ -94,6 +99,9 @@ class TaskWorkflow:
         self._answer: Answer | None = None
         self._answer_errors: list[str] = []
         self._search = Publisher(enabled=False)
+        self._advisor_uses = 0
+        self._last_round: RoundStepInput | None = None
+        self._side_in_flight = False
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -149,6 +157,43 @@ class TaskWorkflow:
         assert self._pending is not None
         self._answer = clean_answer(self._pending, payload)
 
+    # -- side questions: answered beside the task, never touching it ---------------------------
+
+    @workflow.update(name="ask_side_question")
+    async def ask_side_question(self, request: SideQuestion) -> SideAnswer:
+        data = self._data
+        self._side_in_flight = True
+        try:
+            answer = await workflow.execute_activity_method(
+                ConsultActivities.answer_side_question,
+                SideQuestionInput(
+                    task_id=data.task_id,
+                    session_id=data.session_id,
+                    question=request.question,
+                    model=data.side_question_model or data.model,
+                    round=self._last_round,
+                ),
+                start_to_close_timeout=timedelta(
+                    seconds=data.settings.side_question_timeout_seconds
+                ),
+                retry_policy=model_retry(3),
+                summary="side question",
+            )
+        finally:
+            self._side_in_flight = False
+        self._ledger.merge("side_questions", answer.usage)
+        return answer
+
+    @ask_side_question.validator
+    def _validate_side_question(self, request: SideQuestion) -> None:
+        if not request.question.strip():
+            raise ValueError("the side question is empty; write what you want to know")
+        if self._side_in_flight:
+            raise ValueError(
+                f"task {self._data.task_id} is already answering a side question; ask again "
+                "when it has answered"
+            )
+
     # -- the run ---------------------------------------------------------------------------
 
     @workflow.run
@@ -169,6 +214,8 @@ class TaskWorkflow:
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._fail("internal", f"{type(error).__name__}: {error}")
+        # A side question in flight is answered before the task closes.
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return TaskResult(
             task_id=data.task_id,
             session_id=data.session_id,
@@ -178,6 +225,8 @@ class TaskWorkflow:
             rounds=self._rounds,
             steps=self._steps,
             usage=self._ledger,
+            last_round=self._last_round,
+            side_question_model=data.side_question_model or data.model,
         )
 
     @property
@@ -322,22 +371,24 @@ class TaskWorkflow:
             if follow_up:
                 offered.add(ASK_USER)
             self._steps += 1
+            step_input = RoundStepInput(
+                task_id=data.task_id,
+                session_id=data.session_id,
+                round=round_,
+                upto_seq=upto,
+                slot=slot,
+                model=model,
+                final_reason=reason,
+                work_tools=follow_up,
+                extra=list(extra),
+                max_subtasks=settings.max_subtasks,
+                max_output_tokens=settings.max_output_tokens,
+            )
+            self._last_round = step_input
             try:
                 out = await workflow.execute_activity_method(
                     ModelActivities.round_step,
-                    RoundStepInput(
-                        task_id=data.task_id,
-                        session_id=data.session_id,
-                        round=round_,
-                        upto_seq=upto,
-                        slot=slot,
-                        model=model,
-                        final_reason=reason,
-                        work_tools=follow_up,
-                        extra=extra,
-                        max_subtasks=settings.max_subtasks,
-                        max_output_tokens=settings.max_output_tokens,
-                    ),
+                    step_input,
                     start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
                     retry_policy=model_retry(settings.model_max_attempts),
                     summary=f"round {round_} · {slot} · {model}" + (" · final" if final else ""),
@@ -354,13 +405,17 @@ class TaskWorkflow:
             self._ledger.charge(
                 "rounds", model, response.usage, calls=out.attempt, failed_calls=out.attempt - 1
             )
-            decision = self._read_step(response.tool_calls, offered, out.catalog_size)
+            work = {ADVISOR_TOOL} if follow_up else set()
+            decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if dismissed:
                 # The user declined to choose: whatever the model does now, the round ends
                 # with a short reply and nothing is started.
                 if isinstance(decision, ReplyDecision):
                     return decision
                 return ReplyDecision(text=prompts.DISMISSED_REPLY)
+            if isinstance(decision, ToolCall) and decision.name == ADVISOR_TOOL:
+                await self._consult(step_input, decision, extra)
+                continue
             if isinstance(decision, ToolCall):
                 outcome = await self._ask(round_, decision, extra)
                 if isinstance(outcome, Rejection):
@@ -376,18 +431,23 @@ class TaskWorkflow:
         return Failure("no_decision", "the attempt ran out of steps without a control call")
 
     def _read_step(
-        self, calls: list[ToolCall], offered: set[str], catalog_size: int
+        self, calls: list[ToolCall], offered: set[str], work: set[str], catalog_size: int
     ) -> Decision | Rejection | ToolCall | None:
         """What one step's tool calls amount to: a decision, a call to repair, an ``ask_user``
-        call to carry out, or None when the model called nothing (narration)."""
+        or work-tool call to carry out, or None when the model called nothing (narration).
+
+        A control call wins over work-tool calls in the same step: the round ends there."""
         picked = pick_control_call(calls, offered)
         if picked is None:
             if not calls:
                 return None
+            known = [c for c in calls if c.name in work]
+            if known:
+                return known[0]
             return Rejection(
                 call=calls[0],
                 error=f"There is no tool named {calls[0].name!r} in this round; the tools you "
-                f"can call are {sorted(offered)}.",
+                f"can call are {sorted(offered | work)}.",
             )
         name, chosen = picked
         if name == ASK_USER:
@@ -405,6 +465,57 @@ class TaskWorkflow:
             # A repeated final_reply is judged by its last call, everything else by its first.
             subject = chosen[-1] if name == FINAL_REPLY else chosen[0]
             return Rejection(call=subject, error=str(error))
+
+    # -- the advisor ------------------------------------------------------------------------
+
+    async def _consult(self, step: RoundStepInput, call: ToolCall, extra: list[Message]) -> None:
+        """Ask the advisor and append its result as the call's tool result. Over the limit no
+        model is called; a failed or empty consultation does not use up the limit."""
+        data, settings = self._data, self._data.settings
+        model = data.advisor_model or data.model
+        if self._advisor_uses >= settings.advisor_limit:
+            result = limit_reached_result(model, limit=settings.advisor_limit)
+        else:
+            try:
+                out = await workflow.execute_activity_method(
+                    ConsultActivities.consult_advisor,
+                    AdvisorInput(
+                        round=step,
+                        question=parse_question(call.arguments),
+                        model=model,
+                        uses=self._advisor_uses,
+                        limit=settings.advisor_limit,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
+                    retry_policy=model_retry(settings.model_max_attempts),
+                    summary=f"round {step.round} · advisor · {model}",
+                )
+            except ActivityError as error:
+                failure = describe(error, settings.model_max_attempts)
+                self._ledger.charge(
+                    "advisor", model, calls=failure.attempts, failed_calls=failure.attempts
+                )
+                result = error_result(
+                    model, failure.message, uses=self._advisor_uses, limit=settings.advisor_limit
+                )
+            else:
+                self._ledger.charge(
+                    "advisor", model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
+                )
+                result = out.result
+                if result.type == "advice":
+                    self._advisor_uses += 1
+        call_id = ids.provider_safe(call.id) or f"advisor_{self._steps}"
+        extra += [
+            Message(role="assistant", tool_calls=[call.model_copy(update={"id": call_id})]),
+            Message(
+                role="tool",
+                tool_call_id=call_id,
+                tool_name=ADVISOR_TOOL,
+                # The JSON says whether it is an error; the result shape stays parseable.
+                text=result.to_tool_text(),
+            ),
+        ]
 
     # -- asking the user ----------------------------------------------------------------------
 

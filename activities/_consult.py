@@ -1,0 +1,113 @@
+"""Model calls beside the round: the advisor (a work tool of the main agent) and side questions.
+
+Neither writes anything: the advisor's answer becomes a tool result in the round's own messages,
+and a side question's answer goes back to whoever asked it, never into the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities._model import model_timeout
+from activities._requests import round_request
+from errands import side_questions
+from errands.activity_io import AdvisorInput, AdvisorOutput, SideAnswer, SideQuestionInput
+from errands.advisor import advice_result, advisor_request
+from errands.contracts import Message, ModelRequest, ModelUsage, Usage
+from errands.routing import ModelRouter
+from errands.store import SessionStore
+from errands.subtask_types import SubtaskType
+
+
+class ConsultActivities:
+    def __init__(
+        self, store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._types = types
+
+    @activity.defn(name="consult_advisor")
+    async def consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
+        """One nested call, no tools: the round's own context, trimmed, then the question."""
+        request, _ = await asyncio.to_thread(round_request, self._store, self._types, data.round)
+        nested = advisor_request([request.system], request.messages, data.question)
+        response = await self._router.complete(data.model, nested, timeout=model_timeout())
+        return AdvisorOutput(
+            result=advice_result(data.model, response.text, uses=data.uses, limit=data.limit),
+            usage=response.usage,
+            model=data.model,
+            attempt=activity.info().attempt,
+        )
+
+    @activity.defn(name="answer_side_question")
+    async def answer_side_question(self, data: SideQuestionInput) -> SideAnswer:
+        try:
+            question = side_questions.validate_side_question(data.question)
+        except ValueError as error:
+            raise ApplicationError(str(error), type="invalid_request", non_retryable=True) from None
+        usage: dict[str, ModelUsage] = {}
+        messages: list[Message] = []
+        if data.round is not None:
+            request, _ = await asyncio.to_thread(
+                round_request, self._store, self._types, data.round
+            )
+            messages = request.messages
+            if data.model == data.round.model:
+                answer = await self._preferred(data.model, request, question, usage)
+                if answer:
+                    return SideAnswer(
+                        answer=answer, path="preferred", model=data.model, usage=usage
+                    )
+        fallback = side_questions.fallback_request(messages, question)
+        response = await self._call(data.model, fallback, usage)
+        if not response.strip():
+            raise ApplicationError(
+                "the side-question model returned an empty answer; ask again",
+                type="transient",
+            )
+        return SideAnswer(answer=response.strip(), path="fallback", model=data.model, usage=usage)
+
+    async def _preferred(
+        self, model: str, request: ModelRequest, question: str, usage: dict[str, ModelUsage]
+    ) -> str | None:
+        """Replay the round's exact prefix; refuse any tool call and ask again, a few times."""
+        summary = side_questions.in_progress_summary(request.messages)
+        side = side_questions.preferred_request(request, question, summary)
+        for _ in range(side_questions.MAX_SIDE_ITERATIONS):
+            try:
+                response = await self._router.complete(model, side, timeout=model_timeout())
+            except ApplicationError as error:
+                if error.non_retryable and error.type != "invalid_request":
+                    raise
+                activity.logger.warning("side question: preferred path failed: %s", error)
+                return None
+            _charge(usage, model, response.usage)
+            if not response.tool_calls:
+                return response.text.strip() or None
+            side = side.model_copy(
+                update={
+                    "messages": side.messages
+                    + side_questions.refusal_messages(response.text, response.tool_calls)
+                }
+            )
+        return None
+
+    async def _call(self, model: str, request: ModelRequest, usage: dict[str, ModelUsage]) -> str:
+        response = await self._router.complete(model, request, timeout=model_timeout())
+        _charge(usage, model, response.usage)
+        return response.text
+
+
+def _charge(usage: dict[str, ModelUsage], model: str, spent: Usage) -> None:
+    usage.setdefault(model, ModelUsage()).add(
+        ModelUsage(
+            calls=1,
+            input_tokens=spent.input_tokens,
+            output_tokens=spent.output_tokens,
+            cached_tokens=spent.cached_tokens,
+        )
+    )

@@ -1,0 +1,43 @@
+"""The exact request of a round, rebuilt from the store: one function, so a round's model call,
+its advisor consultation and a later side question all see byte-identical system text, tools and
+messages (the side question's prompt-cache parity depends on it)."""
+
+from __future__ import annotations
+
+from errands import prompts
+from errands.activity_io import RoundStepInput
+from errands.advisor import advisor_spec
+from errands.asking import ask_user_spec
+from errands.catalog import render_session
+from errands.contracts import ModelRequest
+from errands.control import delegate_spec, final_reply_spec
+from errands.store import SessionStore
+from errands.subtask_types import SubtaskType
+
+
+def round_request(
+    store: SessionStore, types: dict[str, SubtaskType], data: RoundStepInput
+) -> tuple[ModelRequest, int]:
+    """The round's request and the size of its catalog. Blocking: call it from a thread."""
+    rows = store.list_session(data.session_id, upto_seq=data.upto_seq)
+    rendered = render_session(rows, data.task_id)
+    installed = list(types.values())
+    delegable = data.final_reason is None and bool(installed)
+    # Control tools first (the order is part of the prompt), then work tools.
+    tools = [final_reply_spec()]
+    if delegable:
+        tools.append(delegate_spec([t.info() for t in installed], data.max_subtasks))
+    if data.final_reason is None and data.work_tools:
+        tools.append(ask_user_spec())
+        if data.advisor:
+            tools.append(advisor_spec())
+    request = ModelRequest(
+        system=prompts.round_instructions(
+            installed, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
+        ),
+        messages=rendered.messages + data.extra,
+        tools=tools,
+        tool_choice="required",
+        max_output_tokens=data.max_output_tokens,
+    )
+    return request, len(rendered.catalog)

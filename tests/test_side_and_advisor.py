@@ -1,0 +1,300 @@
+"""Side questions (/btw) and the advisor on the real dev server (SPEC §3 and §4)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio.client import Client
+
+from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.workflow_io import RoundSettings, TaskStatus
+from tests.conftest import run_cli
+from tests.helpers import keep_history, start_task
+from tests.test_ask_user import DATABASE, ask, until_waiting
+
+MODEL = "openai:gpt-side"
+SIDE_Q = "btw, what have you found so far?"
+
+
+def final(text: str) -> Reply:
+    return Reply(calls=[Call("final_reply", {"text": text})])
+
+
+def tool_names(request: RecordedRequest) -> list[str]:
+    return [t["function"]["name"] for t in request.body.get("tools", [])]
+
+
+def is_side(request: RecordedRequest) -> bool:
+    return any(SIDE_Q in (m.get("content") or "") for m in request.body["messages"])
+
+
+class Script:
+    """Main rounds, branches and side questions of one model, told apart by their requests."""
+
+    def __init__(self, main: list[Any], side: list[Any], branch: Any = None) -> None:
+        self.main, self.side, self.branch = list(main), list(side), branch
+        self.main_requests: list[RecordedRequest] = []
+        self.side_requests: list[RecordedRequest] = []
+        self.branch_requests: list[RecordedRequest] = []
+
+    def __call__(self, request: RecordedRequest) -> Any:
+        if is_side(request):
+            self.side_requests.append(request)
+            return self.side.pop(0)
+        if "final_reply" not in tool_names(request):
+            self.branch_requests.append(request)
+            return self.branch(request)
+        self.main_requests.append(request)
+        return self.main.pop(0)
+
+
+def snapshot(store: SessionStore, session_id: str) -> tuple[list[Any], dict[str, Any]]:
+    rows = [r.model_dump() for r in store.list_session(session_id)]
+    return rows, store.list_decisions(session_id)
+
+
+async def until(predicate: Any, timeout: float = 30) -> None:
+    for _ in range(int(timeout * 10)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition never held")
+
+
+async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
+    client: Client,
+    worker,
+    cli_env,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+) -> None:
+    delegate = Reply(
+        calls=[
+            Call(
+                "delegate",
+                {
+                    "reply": "Looking.",
+                    "subtasks": [
+                        {"type": "general", "prompt": "check the logs", "references": [1]}
+                    ],
+                },
+            )
+        ]
+    )
+    script = Script(
+        main=[delegate, Reply(calls=[Call("final_reply", {"text": "All good."})], delay=10)],
+        side=[
+            Reply(calls=[Call("final_reply", {"text": "sneaky"})]),
+            Reply(text="The logs are clean."),
+        ],
+        branch=lambda r: Reply(text="logs are clean"),
+    )
+    scripted.script("gpt-side", *[script] * 5)
+    handle = await start_task(client, settings.task_queue, "Check the service", model=MODEL)
+    await until(lambda: len(script.main_requests) == 2)
+    session_id = (await handle.query("status", result_type=TaskStatus)).session_id
+    before = snapshot(store, session_id)
+
+    answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
+    assert answered.code == 0, answered.stderr
+    assert answered.json()["answer"] == "The logs are clean."
+    assert answered.json()["path"] == "preferred"
+    assert snapshot(store, session_id) == before, "nothing was written"
+
+    result = await handle.result()
+    assert result.reply == "All good."
+    assert snapshot(store, session_id)[1] == before[1]
+
+    round1 = script.main_requests[1].body
+    side = script.side_requests[0].body
+    assert side["tools"] == round1["tools"], "same tools, byte for byte"
+    assert json.dumps(side["tools"]) == json.dumps(round1["tools"])
+    assert side["messages"][: len(round1["messages"])] == round1["messages"]
+    refused = script.side_requests[1].body["messages"]
+    assert refused[-1]["role"] == "tool" and "Refused" in refused[-1]["content"]
+
+    activity_types = {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in (await handle.fetch_history()).events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    assert "run_branch_tool" not in activity_types
+    assert result.steps == 2, "the side question did not touch the budget"
+    assert result.usage.parts["side_questions"]["openai:gpt-side"].calls == 2
+    await keep_history(client, handle.id, "side_question_in_flight")
+
+
+async def test_btw_while_the_task_waits_on_a_question(
+    client: Client,
+    worker,
+    cli_env,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+) -> None:
+    script = Script(
+        main=[ask(DATABASE), final("PostgreSQL it is.")], side=[Reply(text="Waiting on you.")]
+    )
+    scripted.script("gpt-side", *[script] * 3)
+    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    status = await until_waiting(handle)
+    before = snapshot(store, status.session_id)
+    answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
+    assert answered.json()["answer"] == "Waiting on you."
+    assert snapshot(store, status.session_id) == before
+    assert (await handle.query("status", result_type=TaskStatus)).status == "waiting_for_user"
+    await handle.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["PostgreSQL"]}},  # type: ignore[index]
+    )
+    assert (await handle.result()).reply == "PostgreSQL it is."
+
+
+async def test_btw_after_the_task_replied_answers_from_its_last_round(
+    client: Client,
+    worker,
+    cli_env,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+) -> None:
+    script = Script(main=[final("Done: 3 files changed.")], side=[Reply(text="Three files.")])
+    scripted.script("gpt-side", *[script] * 2)
+    handle = await start_task(client, settings.task_queue, "Fix it", model=MODEL)
+    result = await handle.result()
+    before = snapshot(store, result.session_id)
+    answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
+    assert answered.code == 0, answered.stderr
+    assert answered.json()["answer"] == "Three files."
+    assert snapshot(store, result.session_id) == before
+    side = script.side_requests[0].body
+    assert side["messages"][0] == script.main_requests[0].body["messages"][0]
+
+
+async def test_a_second_side_question_in_flight_is_refused(
+    client: Client, worker, cli_env, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    script = Script(
+        main=[ask(DATABASE), final("ok")],
+        side=[Reply(text="slow answer", delay=12)],
+    )
+    scripted.script("gpt-side", *[script] * 3)
+    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    status = await until_waiting(handle)
+    first = asyncio.create_task(run_cli(cli_env, "btw", handle.id, SIDE_Q))
+    await until(lambda: len(script.side_requests) == 1)
+    second = await run_cli(cli_env, "btw", handle.id, SIDE_Q)
+    assert second.code == 2 and "already answering a side question" in second.stderr
+    assert (await first).code == 0
+    empty = await run_cli(cli_env, "btw", handle.id, "   ")
+    assert empty.code == 2 and "empty" in empty.stderr
+    await handle.execute_update(
+        "answer_question",
+        {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},  # type: ignore[index]
+    )
+    await handle.result()
+
+
+def advisor_call(question: str) -> Reply:
+    return Reply(calls=[Call("advisor", {"question": question})])
+
+
+async def test_the_advisor_answers_the_agent_in_one_tool_less_step(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-main", advisor_call("Should I split this?"), final("Split it."))
+    scripted.script("gpt-advisor", Reply(text="Yes: split by service."))
+    handle = await start_task(
+        client,
+        settings.task_queue,
+        "Plan the migration",
+        model="openai:gpt-main",
+        advisor_model="openai:gpt-advisor",
+    )
+    result = await handle.result()
+    assert result.reply == "Split it."
+    advisor = scripted.requests_for("gpt-advisor")[0].body
+    assert "tools" not in advisor
+    roles = [m["role"] for m in advisor["messages"]]
+    assert roles[:2] == ["system", "system"] and roles[-1] == "user"
+    assert advisor["messages"][-1]["content"] == "Should I split this?"
+    tool_result = json.loads(scripted.requests_for("gpt-main")[1].body["messages"][-1]["content"])
+    assert tool_result == {
+        "type": "advice",
+        "advice": "Yes: split by service.",
+        "advisor_model": "openai:gpt-advisor",
+        "remaining_uses": 2,
+    }
+    assert set(result.usage.parts) == {"rounds", "advisor"}
+    assert result.usage.parts["advisor"]["openai:gpt-advisor"].calls == 1
+    await keep_history(client, handle.id, "advisor")
+
+
+async def test_the_advisor_limit_and_refunds(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script(
+        "gpt-main",
+        advisor_call("first"),
+        advisor_call("second"),
+        advisor_call("third"),
+        final("done"),
+    )
+    scripted.script("gpt-advisor", Fail(400, "advisor broke"), Reply(text="advice"))
+    handle = await start_task(
+        client,
+        settings.task_queue,
+        "q",
+        model="openai:gpt-main",
+        advisor_model="openai:gpt-advisor",
+        settings=RoundSettings(advisor_limit=1),
+    )
+    assert (await handle.result()).reply == "done"
+    results = [
+        json.loads(r.body["messages"][-1]["content"]) for r in scripted.requests_for("gpt-main")[1:]
+    ]
+    assert [r["type"] for r in results] == ["error", "advice", "limit_reached"]
+    assert [r["remaining_uses"] for r in results] == [1, 0, 0], "a failed call is refunded"
+    assert "advisor broke" in results[0]["error"]
+    assert "own judgment" in results[2]["error"]
+    assert len(scripted.requests_for("gpt-advisor")) == 2, "no model call over the limit"
+
+
+async def test_the_advisor_is_never_offered_to_subtasks_nor_on_a_last_step(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    script = Script(
+        main=[
+            Reply(
+                calls=[
+                    Call(
+                        "delegate",
+                        {
+                            "reply": "ok",
+                            "subtasks": [{"type": "general", "prompt": "p", "references": [1]}],
+                        },
+                    )
+                ]
+            ),
+            final("done"),
+        ],
+        side=[],
+        branch=lambda r: Reply(text="branch done"),
+    )
+    scripted.script("gpt-main", *[script] * 3)
+    handle = await start_task(
+        client,
+        settings.task_queue,
+        "q",
+        model="openai:gpt-main",
+        settings=RoundSettings(step_budget=2),
+    )
+    assert (await handle.result()).reply == "done"
+    assert "advisor" in tool_names(script.main_requests[0])
+    assert "advisor" not in tool_names(script.branch_requests[0])
+    assert tool_names(script.main_requests[1]) == ["final_reply"]
