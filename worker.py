@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -20,6 +22,12 @@ from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
 from errands.store import SessionStore, open_store
 from errands.subtask_types import SubtaskType, load_types
+from errands.telemetry import (
+    LogContextInterceptor,
+    configure_logging,
+    runtime_with_metrics,
+    tracing_interceptors,
+)
 from workflows import SideQuestionWorkflow, SubtaskWorkflow, TaskWorkflow
 
 WORKFLOWS = [TaskWorkflow, SubtaskWorkflow, SideQuestionWorkflow]
@@ -42,6 +50,7 @@ def build_worker(
         workflows=WORKFLOWS,
         activities=build_activities(store, router, load_types(settings.subtask_types)),
         activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
+        interceptors=[LogContextInterceptor()],
         **worker_options,  # type: ignore[arg-type]
     )
 
@@ -76,12 +85,22 @@ async def run_worker(settings: Settings) -> None:
             "errands worker: TEMPORAL_ADDRESS is not set; point it at a Temporal frontend "
             "(or run `errands dev` for the embedded stack)"
         )
-    client = await connect(settings.temporal_address, settings.temporal_namespace)
-    worker = build_worker(client, settings)
-    logging.getLogger("errands").info("worker polling %s", settings.task_queue)
-    await worker.run()
+    configure_logging(settings.log_level, json=settings.log_json)
+    client = await connect(
+        settings.temporal_address,
+        settings.temporal_namespace,
+        runtime=runtime_with_metrics(settings.metrics_bind) if settings.metrics_bind else None,
+        interceptors=tracing_interceptors() if settings.otel else (),
+    )
+    # SIGTERM (a rolling upgrade, `docker stop`) drains running activities instead of dying.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with build_worker(client, settings, graceful_shutdown_timeout=timedelta(seconds=60)):
+        logging.getLogger("errands").info("worker polling %s", settings.task_queue)
+        await stop.wait()
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
     asyncio.run(run_worker(load_settings()))

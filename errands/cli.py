@@ -108,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--data-dir", default=None)
     dev.set_defaults(handler=_dev)
 
+    serve = sub.add_parser("serve", help="serve the HTTP gateway and the web page")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
+    )
+    serve.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(handler=_serve)
+
     worker = sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
     worker.set_defaults(handler=_worker)
     return parser
@@ -359,6 +366,18 @@ async def _dev(args: argparse.Namespace) -> int:
         await build_worker(client, settings).run()
     finally:
         await asyncio.to_thread(server.stop)
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from errands.gateway import ServeError, serve
+
+    settings = load_settings()
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    try:
+        await serve(settings, args.host, args.port, token)
+    except ServeError as error:
+        raise UsageError(str(error)) from None
     return 0
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client
+from collections.abc import Sequence
+
+from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 
-async def connect(address: str, namespace: str = "default") -> Client:
+async def connect(
+    address: str,
+    namespace: str = "default",
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> Client:
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+        runtime=runtime,
+        interceptors=interceptors,
     )

@@ -36,6 +36,18 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
     anthropic_api_key: SecretStr | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
+    api_token: SecretStr | None = Field(default=None, alias="ERRANDS_API_TOKEN")
+    """Bearer token the HTTP gateway requires; needed to serve beyond loopback."""
+    log_level: str = Field(default="INFO", alias="ERRANDS_LOG_LEVEL")
+    """Log level of workers and the gateway: DEBUG, INFO, WARNING or ERROR."""
+    log_json: bool = Field(default=False, alias="ERRANDS_LOG_JSON")
+    """One JSON object per log line, with task_id, round and branch when a line belongs to a
+    task; deploy/ turns it on. Off: text lines with the ids in brackets."""
+    metrics_bind: str | None = Field(default=None, alias="ERRANDS_METRICS_BIND")
+    """``IP:port`` where a worker serves the Temporal SDK's Prometheus metrics (e.g.
+    ``127.0.0.1:9464``; ``0.0.0.0:9464`` in a container). Unset: no endpoint."""
+    otel: bool = Field(default=False, alias="ERRANDS_OTEL")
+    """Trace tasks with OpenTelemetry through temporalio's interceptor (the ``otel`` extra)."""
     dev_port: int = Field(default=7233, alias="ERRANDS_DEV_PORT")
     dev_ui_port: int = Field(default=8233, alias="ERRANDS_DEV_UI_PORT")
 

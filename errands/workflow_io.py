@@ -6,12 +6,15 @@ carries the conversation: ids, counters and small decisions only (DESIGN invaria
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from errands.activity_io import RoundStepInput
-from errands.contracts import ModelUsage, UsageLedger
+from errands.asking import QuestionSet
+from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
+from errands.subtask_types import SubtaskTypeInfo
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
 
@@ -59,6 +62,11 @@ class RoundSettings(BaseModel):
     advisor_limit: int = 3
     """Successful advisor consultations per task; failed ones do not count."""
     side_question_timeout_seconds: float = 180
+    max_history_events: int = 1500
+    """A run continues as new past this many history events (or when Temporal suggests it),
+    far inside Temporal's limits (10,240-event warning, 51,200-event termination)."""
+    rounds_per_run: int | None = None
+    """Continue as new after this many rounds in one run as well; None: only by history size."""
 
 
 class TaskInput(BaseModel):
@@ -78,6 +86,47 @@ class TaskInput(BaseModel):
     search_attributes: bool = True
     """Keep the Errands* search attributes current (they must be registered on the namespace)."""
     settings: RoundSettings = Field(default_factory=RoundSettings)
+    carry: TaskState | None = None
+    """Set by continue-as-new: where the previous run left off. Never the transcript."""
+
+
+class SlotResume(BaseModel):
+    """Where a round stood when the task continued as new while a question was pending."""
+
+    round: int
+    upto: int
+    final_reason: str | None = None
+    slot_index: int
+    repair: int
+    extra: list[Message]
+    """The slot's own messages so far (repairs and tool exchanges of this round only)."""
+    steps_left: int
+    reason: str | None = None
+    call: ToolCall
+    questions: QuestionSet
+    deadline: datetime
+    """When the question expires, kept across runs so the durable timer does not restart."""
+
+
+class TaskState(BaseModel):
+    """Everything a task carries from one run to the next: ids, counters, ledger, decisions in
+    flight. Small by construction: it never holds the conversation."""
+
+    types: list[SubtaskTypeInfo] = Field(default_factory=list)
+    started_at: datetime | None = None
+    round: int = 0
+    rounds: int = 0
+    steps: int = 0
+    ledger: UsageLedger = Field(default_factory=UsageLedger)
+    advisor_uses: int = 0
+    asks: int = 0
+    retries: int = 0
+    streak: int = 0
+    last_signature: str = ""
+    last_round: RoundStepInput | None = None
+    answer_errors: list[str] = Field(default_factory=list)
+    resume: SlotResume | None = None
+    runs: int = 1
 
 
 class TaskError(BaseModel):
@@ -126,6 +175,11 @@ class SubtaskInput(BaseModel):
     model_timeout_seconds: float = 300
     model_max_attempts: int = 6
     max_output_tokens: int = 4096
+    max_history_events: int = 1500
+    first_step: int = 0
+    """Set by continue-as-new: the step this run starts at (the thread is already open)."""
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    """Set by continue-as-new: what earlier runs of this branch spent."""
 
 
 class SubtaskResult(BaseModel):
@@ -146,3 +200,6 @@ class AnswerReceipt(BaseModel):
 
     question_set_id: str
     status: str
+
+
+TaskInput.model_rebuild()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 NON_RECOVERABLE = [
@@ -32,4 +34,11 @@ def model_retry(max_attempts: int) -> RetryPolicy:
         maximum_interval=timedelta(seconds=60),
         maximum_attempts=max_attempts,
         non_retryable_error_types=NON_RECOVERABLE,
+    )
+
+
+async def store_call(method: Any, arg: Any) -> Any:
+    """A session-store activity: short, retried with backoff, never on a model's clock."""
+    return await workflow.execute_activity_method(
+        method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
     )

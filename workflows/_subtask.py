@@ -33,21 +33,19 @@ class SubtaskWorkflow:
     async def run(self, data: SubtaskInput) -> SubtaskResult:
         thread_id = workflow.info().workflow_id
         ledger = UsageLedger()
-        await workflow.execute_activity_method(
-            ModelActivities.open_branch,
-            OpenBranchInput(
-                thread_id=thread_id,
-                task_id=data.task_id,
-                session_id=data.session_id,
-                catalog_upto_seq=data.catalog_upto_seq,
-                prompt=data.prompt,
-                references=data.references,
-            ),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
-        )
-        status, error, steps = "failed", "", 0
-        for step in range(data.step_limit):
+        ledger.merge("branches", data.usage)
+        if data.first_step == 0:
+            await self._open(data, thread_id)
+        status, error, steps = "failed", "", data.first_step
+        for step in range(data.first_step, data.step_limit):
+            if step > data.first_step and _run_is_long(data):
+                # A long step loop hands over to a fresh run; its thread is already in the store.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    data.model_copy(
+                        update={"first_step": step, "usage": ledger.parts.get("branches", {})}
+                    )
+                )
             last = step == data.step_limit - 1
             steps += 1
             try:
@@ -132,3 +130,26 @@ class SubtaskWorkflow:
         )
         usage: dict[str, ModelUsage] = ledger.parts.get("branches", {})
         return SubtaskResult(status=status, error=error or None, steps=steps, usage=usage)  # type: ignore[arg-type]
+
+    async def _open(self, data: SubtaskInput, thread_id: str) -> None:
+        await workflow.execute_activity_method(
+            ModelActivities.open_branch,
+            OpenBranchInput(
+                thread_id=thread_id,
+                task_id=data.task_id,
+                session_id=data.session_id,
+                catalog_upto_seq=data.catalog_upto_seq,
+                prompt=data.prompt,
+                references=data.references,
+            ),
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+
+
+def _run_is_long(data: SubtaskInput) -> bool:
+    info = workflow.info()
+    return (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_length() >= data.max_history_events
+    )

@@ -1,0 +1,208 @@
+"""B1: an errands task (2 rounds, 3 branches) against the Temporal floor, one task at a time.
+
+Three kinds of task run interleaved on the same server in the same run, each measured from the
+``start_workflow`` call to its result:
+
+- errands: round 0 delegates 3 branches, round 1 replies (zero-latency scripted model);
+- honest floor: a hand-written workflow with no-op activities making the same hops errands
+  made, counted from the first errands task's history (activities before the children, the
+  children and their activities, activities after);
+- pure floor: only the model calls (one activity per round, one per branch) and the children.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
+from bench._floor import FloorPlan
+from bench._harness import (
+    Stack,
+    activity_durations,
+    activity_types,
+    busy_path,
+    child_ids,
+    count_events,
+    history_of,
+    summary_ms,
+)
+from bench._model import model_name
+
+TITLE = "B1 · overhead against the Temporal floor"
+FULL = {"tasks": 25, "warmup": 3}
+SMOKE = {"tasks": 1, "warmup": 0}
+TARGET = 1.3
+
+MODEL = model_name(1, 3)
+MODEL_CALLS = {"round_step", "branch_step"}
+
+
+async def plan_from_history(stack: Stack, workflow_id: str) -> tuple[FloorPlan, dict[str, Any]]:
+    """The hops an errands task made, read from its history."""
+    events, _ = await history_of(stack.client, workflow_id)
+    first_child = next(
+        i
+        for i, e in enumerate(events)
+        if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    )
+    before, after = activity_types(events[:first_child]), activity_types(events[first_child:])
+    children = child_ids(events)
+    child_events, _ = await history_of(stack.client, children[0])
+    in_child = activity_types(child_events)
+    plan = FloorPlan(
+        before=len(before), children=len(children), child_activities=len(in_child), after=len(after)
+    )
+    counted = {
+        "parent_activities_before_children": before,
+        "children": len(children),
+        "activities_per_child": in_child,
+        "parent_activities_after_children": after,
+        "parent_workflow_tasks": count_events(events, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
+        "child_workflow_tasks": count_events(
+            child_events, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        ),
+        "parent_events": len(events),
+        "child_events": len(child_events),
+    }
+    return plan, counted
+
+
+def pure_plan(plan: FloorPlan, counted: dict[str, Any]) -> FloorPlan:
+    return FloorPlan(
+        before=sum(a in MODEL_CALLS for a in counted["parent_activities_before_children"]),
+        children=plan.children,
+        child_activities=sum(a in MODEL_CALLS for a in counted["activities_per_child"]),
+        after=sum(a in MODEL_CALLS for a in counted["parent_activities_after_children"]),
+    )
+
+
+async def run(tasks: int, warmup: int) -> dict[str, Any]:
+    async with Stack("b1") as stack:
+        settings = stack.settings()
+        await stack.worker(settings)
+        floor_queue = await stack.floor_worker()
+
+        async def floor(plan: FloorPlan) -> tuple[float, str]:
+            return await stack.run_floor(floor_queue, plan)
+
+        _, first = await stack.run_task(settings, MODEL)
+        honest, counted = await plan_from_history(stack, first)
+        pure = pure_plan(honest, counted)
+        for _ in range(warmup):
+            await stack.run_task(settings, MODEL)
+            await floor(honest)
+            await floor(pure)
+
+        times: dict[str, list[float]] = {"errands": [], "honest_floor": [], "pure_floor": []}
+        ids: dict[str, list[str]] = {k: [] for k in times}
+        for _ in range(tasks):
+            # Interleaved, so drift in the machine's load hits all three alike.
+            for kind, job in (
+                ("errands", lambda: stack.run_task(settings, MODEL)),
+                ("honest_floor", lambda: floor(honest)),
+                ("pure_floor", lambda: floor(pure)),
+            ):
+                elapsed, wid = await job()
+                times[kind].append(elapsed)
+                ids[kind].append(wid)
+
+        breakdown: dict[str, dict[str, float]] = {}
+        for kind in ("errands", "honest_floor"):
+            paths = [await busy_path(stack.client, wid) for wid in ids[kind]]
+            breakdown[kind] = {
+                "end_to_end_ms": round(statistics.median(times[kind]) * 1000, 1),
+                "workflow_tasks_ms": round(
+                    statistics.median(p["workflow_task_s"] for p in paths) * 1000, 1
+                ),
+                "activities_ms": round(statistics.median(p["activity_s"] for p in paths) * 1000, 1),
+            }
+
+        per_activity: dict[str, list[float]] = {}
+        for kind in ("errands", "honest_floor"):
+            for wid in ids[kind]:
+                events, _ = await history_of(stack.client, wid)
+                children = child_ids(events)
+                for source in [events] + [(await history_of(stack.client, children[0]))[0]]:
+                    for name, spans in activity_durations(source).items():
+                        per_activity.setdefault(name, []).extend(spans)
+
+    errands_ms = statistics.median(times["errands"])
+    return {
+        "shape": "2 rounds: round 0 delegates 3 branches, round 1 replies",
+        "hops_counted_from_errands_history": counted,
+        "honest_floor_plan": vars(honest),
+        "pure_floor_plan": vars(pure),
+        "latency": {kind: summary_ms(values) for kind, values in times.items()},
+        "ratio_to_honest_floor": round(errands_ms / statistics.median(times["honest_floor"]), 2),
+        "ratio_to_pure_floor": round(errands_ms / statistics.median(times["pure_floor"]), 2),
+        "critical_path_medians": breakdown,
+        "activity_median_ms": {
+            name: round(statistics.median(spans) * 1000, 1)
+            for name, spans in sorted(per_activity.items())
+        },
+        "target": f"ratio to the honest floor <= {TARGET}",
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lat = result["latency"]
+    counted = result["hops_counted_from_errands_history"]
+    rows = [
+        "| task | hops | median ms | p95 ms | min ms | max ms | n |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    honest, pure = result["honest_floor_plan"], result["pure_floor_plan"]
+    hops = {
+        "errands": "as counted below",
+        "honest_floor": _hops(honest),
+        "pure_floor": _hops(pure),
+    }
+    for kind in ("errands", "honest_floor", "pure_floor"):
+        s = lat[kind]
+        rows.append(
+            f"| {kind.replace('_', ' ')} | {hops[kind]} | {s['median_ms']} | {s['p95_ms']} | "
+            f"{s['min_ms']} | {s['max_ms']} | {s['n']} |"
+        )
+    bd = result["critical_path_medians"]
+    lines = [
+        *rows,
+        "",
+        f"**Ratio (median errands / median honest floor): {result['ratio_to_honest_floor']}** "
+        f"(target ≤ {TARGET}); against the pure floor: {result['ratio_to_pure_floor']}.",
+        "",
+        "Hops counted from an errands history: parent activities before the children "
+        f"`{', '.join(counted['parent_activities_before_children'])}`, "
+        f"{counted['children']} children each running "
+        f"`{', '.join(counted['activities_per_child'])}`, then "
+        f"`{', '.join(counted['parent_activities_after_children'])}`; "
+        f"{counted['parent_workflow_tasks']} workflow tasks in the parent and "
+        f"{counted['child_workflow_tasks']} in each child.",
+        "",
+        "Where the time goes on the critical path (parent plus its slowest child), medians:",
+        "",
+        "| task | end to end ms | in workflow tasks ms | in activities ms | rest (server, "
+        "dispatch) ms |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, b in bd.items():
+        rest = round(b["end_to_end_ms"] - b["workflow_tasks_ms"] - b["activities_ms"], 1)
+        lines.append(
+            f"| {kind.replace('_', ' ')} | {b['end_to_end_ms']} | {b['workflow_tasks_ms']} | "
+            f"{b['activities_ms']} | {rest} |"
+        )
+    lines += [
+        "",
+        "Median time of one activity, started to completed (the floor's is a no-op): "
+        + ", ".join(f"`{n}` {ms} ms" for n, ms in result["activity_median_ms"].items())
+        + ".",
+    ]
+    return "\n".join(lines)
+
+
+def _hops(plan: dict[str, int]) -> str:
+    return (
+        f"{plan['before']} act → {plan['children']} children × {plan['child_activities']} act "
+        f"→ {plan['after']} act"
+    )

@@ -1,0 +1,108 @@
+"""B4: fan-out. One delegating round with 1, 8 and 32 branches, then a reply.
+
+Sizes run interleaved, one task at a time, on an in-process worker. The round's time is read
+from the task's history: from round 0's ``prepare_round`` to round 1's, which covers the
+round's model call, its acknowledgement, starting every branch, every branch's own activities,
+and the parent taking in the last completion. End-to-end time (start call to result) is shown
+beside it, with the CPU the task cost this process (worker, model server, client) and the dev
+server. The hand-written floor (B1's honest floor with N children) runs beside it, so the
+scaling Temporal itself shows on this machine is measured in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
+from bench._floor import FloorPlan
+from bench._harness import Stack, child_pids, cpu_seconds, history_of
+from bench._model import model_name
+from errands.workflow_io import RoundSettings
+
+TITLE = "B4 · fan-out"
+FULL = {"branches": [1, 8, 32], "repeats": 5, "warmup": 1}
+SMOKE = {"branches": [1, 2], "repeats": 1, "warmup": 0}
+TARGET = 3.0
+
+
+async def round_seconds(stack: Stack, workflow_id: str) -> float:
+    events, _ = await history_of(stack.client, workflow_id)
+    prepared = [
+        e.event_time.ToDatetime()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "prepare_round"
+    ]
+    return (prepared[1] - prepared[0]).total_seconds()
+
+
+async def run(branches: list[int], repeats: int, warmup: int) -> dict[str, Any]:
+    wide = RoundSettings(max_subtasks=max(branches))
+    samples: dict[str, dict[int, list[float]]] = {
+        k: {n: [] for n in branches} for k in ("round", "end", "cpu_here", "cpu_server", "floor")
+    }
+    async with Stack("b4") as stack:
+        settings = stack.settings()
+        await stack.worker(settings)
+        floor_queue = await stack.floor_worker()
+        server = child_pids("temporal")
+        for size in branches[:warmup]:
+            await stack.run_task(settings, model_name(1, size), round_settings=wide)
+        for _ in range(repeats):
+            for size in branches:
+                here, there = time.process_time(), sum(cpu_seconds(p) for p in server)
+                elapsed, wid = await stack.run_task(
+                    settings, model_name(1, size), round_settings=wide
+                )
+                samples["cpu_here"][size].append(time.process_time() - here)
+                samples["cpu_server"][size].append(sum(cpu_seconds(p) for p in server) - there)
+                samples["end"][size].append(elapsed)
+                samples["round"][size].append(await round_seconds(stack, wid))
+                plan = FloorPlan(before=4, children=size, child_activities=3, after=3)
+                samples["floor"][size].append((await stack.run_floor(floor_queue, plan))[0])
+
+    med = {k: {n: statistics.median(v) for n, v in by.items()} for k, by in samples.items()}
+    first = branches[0]
+    sizes = [
+        {
+            "branches": n,
+            "round_median_ms": round(med["round"][n] * 1000, 1),
+            "round_ratio": round(med["round"][n] / med["round"][first], 2),
+            "end_to_end_median_ms": round(med["end"][n] * 1000, 1),
+            "end_to_end_ratio": round(med["end"][n] / med["end"][first], 2),
+            "floor_median_ms": round(med["floor"][n] * 1000, 1),
+            "floor_ratio": round(med["floor"][n] / med["floor"][first], 2),
+            "cpu_s_bench_process": round(med["cpu_here"][n], 2),
+            "cpu_s_dev_server": round(med["cpu_server"][n], 2),
+            "n": len(samples["round"][n]),
+        }
+        for n in branches
+    ]
+    return {
+        "shape": "round 0 delegates N branches (max_subtasks set to the largest N), "
+        "round 1 replies; floor: 4 activities, N children of 3 activities, 3 activities",
+        "sizes": sizes,
+        "target": f"{branches[-1]}-branch round <= {TARGET}x the 1-branch round",
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"Shape: {result['shape']}. Medians.",
+        "",
+        "| branches | delegating round ms | × 1 branch | end to end ms | × 1 branch | floor ms "
+        "| floor × 1 | CPU s: bench process / dev server | n |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in result["sizes"]:
+        lines.append(
+            f"| {s['branches']} | {s['round_median_ms']} | **{s['round_ratio']}** | "
+            f"{s['end_to_end_median_ms']} | {s['end_to_end_ratio']} | {s['floor_median_ms']} | "
+            f"{s['floor_ratio']} | {s['cpu_s_bench_process']} / {s['cpu_s_dev_server']} | "
+            f"{s['n']} |"
+        )
+    lines += ["", f"Target: {result['target']}."]
+    return "\n".join(lines)

@@ -1,0 +1,32 @@
+"""The HTTP gateway (``errands serve``): the CLI's operations as JSON with an OpenAPI document at
+``/openapi.json``, live progress as server-sent events, and a web page at ``/``.
+
+::
+
+    POST /v1/sessions/{session_id}/tasks    {text, model?, fallback_model?, headless?} → 201
+    GET  /v1/tasks/{task_id}                the fields of `errands status --json`
+    POST /v1/tasks/{task_id}/answer         {answers, status?, question_set_id?}
+    POST /v1/tasks/{task_id}/btw            {question}
+    POST /v1/tasks/{task_id}/cancel         → 202
+    GET  /v1/sessions/{session_id}/messages ?after=SEQ
+    GET  /v1/tasks/{task_id}/events         text/event-stream
+
+With a token every ``/v1`` call needs ``Authorization: Bearer <token>``; without one the gateway
+only binds to loopback. Refusals are 4xx with ``{"detail": "<what to fix>"}``.
+"""
+
+from errands.gateway._app import create_app
+from errands.gateway._auth import is_loopback
+from errands.gateway._progress import ProgressEvent, ProgressHub
+from errands.gateway._serve import ServeError, check_binding, serve, serving
+
+__all__ = [
+    "ProgressEvent",
+    "ProgressHub",
+    "ServeError",
+    "check_binding",
+    "create_app",
+    "is_loopback",
+    "serve",
+    "serving",
+]

@@ -1,0 +1,235 @@
+"""The HTTP gateway: every operation of the CLI as JSON, live progress as server-sent events, and
+the web page. ``create_app`` builds it around a connected Temporal client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Query
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from temporalio.client import Client
+
+from errands.gateway._auth import BearerGuard
+from errands.gateway._errors import install_handlers
+from errands.gateway._models import (
+    SESSION_PATTERN,
+    TASK_PATTERN,
+    AnswerAccepted,
+    AnswerRequest,
+    CancelRequested,
+    MessageOut,
+    Messages,
+    NewTask,
+    Problem,
+    SideAnswerOut,
+    SideQuestionRequest,
+    TaskCreated,
+)
+from errands.gateway._progress import ProgressEvent, ProgressHub, SnapshotSource
+from errands.gateway._tasks import TaskOps
+from errands.settings import Settings
+from errands.store import SessionStore, open_store
+from errands.workflow_io import TaskStatus
+
+STATIC = FilePath(__file__).parent / "static"
+KEEPALIVE_SECONDS = 15.0
+PAGE_HEADERS = {
+    # The page loads nothing from elsewhere; say so, so an injected script could not either.
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+SessionId = Annotated[
+    str,
+    Path(pattern=SESSION_PATTERN, description="Letters, digits and _.:- (at most 80)."),
+]
+TaskId = Annotated[
+    str, Path(pattern=TASK_PATTERN, description="A task id as returned by POST …/tasks.")
+]
+REFUSALS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem} for code in (401, 404, 409, 422, 502, 503)
+}
+
+
+class _Store:
+    """The session store, opened on first use and closed with the app."""
+
+    def __init__(self, settings: Settings, store: SessionStore | None) -> None:
+        self._settings = settings
+        self._store = store
+        self._owned = store is None
+
+    def __call__(self) -> SessionStore:
+        if self._store is None:
+            self._store = open_store(self._settings.session_database_url())
+        return self._store
+
+    def close(self) -> None:
+        if self._owned and self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def create_app(
+    client: Client,
+    settings: Settings,
+    *,
+    token: str | None,
+    store: SessionStore | None = None,
+    progress_interval: float = 0.25,
+) -> FastAPI:
+    """The gateway. ``token``: require ``Authorization: Bearer <token>`` on every API call (the
+    page and the OpenAPI document stay public; they hold no data). ``store``: a session store to
+    share (default: opened from ``settings``). ``progress_interval``: seconds between polls of a
+    watched task."""
+    ops = TaskOps(client, settings)
+    sessions = _Store(settings, store)
+    hub = ProgressHub(SnapshotSource(ops, sessions), interval=progress_interval)
+    guard = BearerGuard(token)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await hub.aclose()
+            sessions.close()
+
+    app = FastAPI(
+        title="errands gateway",
+        version="1",
+        description="Start tasks, follow them live, answer their questions, ask side questions.",
+        docs_url=None,  # the interactive docs load scripts from a CDN; the document is enough
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.progress = hub
+    install_handlers(app)
+    api = [Depends(guard)]
+
+    @app.post(
+        "/v1/sessions/{session_id}/tasks",
+        status_code=201,
+        response_model=TaskCreated,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Start a task in a session",
+    )
+    async def start_task(session_id: SessionId, body: NewTask) -> TaskCreated:
+        task_id = await ops.start(session_id, body)
+        return TaskCreated(task_id=task_id, session_id=session_id)
+
+    @app.get(
+        "/v1/tasks/{task_id}",
+        responses={200: {"model": TaskStatus}, **REFUSALS},
+        dependencies=api,
+        summary="A task's state: the fields of `errands status --json`",
+    )
+    async def task_state(task_id: TaskId) -> JSONResponse:
+        return JSONResponse(await ops.state(task_id))
+
+    @app.post(
+        "/v1/tasks/{task_id}/answer",
+        response_model=AnswerAccepted,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Answer the task's pending question",
+    )
+    async def answer(task_id: TaskId, body: AnswerRequest) -> AnswerAccepted:
+        receipt = await ops.answer(task_id, body)
+        return AnswerAccepted(
+            task_id=task_id, question_set_id=receipt.question_set_id, status=receipt.status
+        )
+
+    @app.post(
+        "/v1/tasks/{task_id}/btw",
+        response_model=SideAnswerOut,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Ask a side question; the task is not disturbed",
+    )
+    async def side_question(task_id: TaskId, body: SideQuestionRequest) -> SideAnswerOut:
+        answer = await ops.side_question(task_id, body.question)
+        return SideAnswerOut(task_id=task_id, **answer.model_dump())
+
+    @app.post(
+        "/v1/tasks/{task_id}/cancel",
+        status_code=202,
+        response_model=CancelRequested,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Cancel a running task",
+    )
+    async def cancel(task_id: TaskId) -> CancelRequested:
+        await ops.cancel(task_id)
+        return CancelRequested(task_id=task_id)
+
+    @app.get(
+        "/v1/sessions/{session_id}/messages",
+        response_model=Messages,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="A session's messages, oldest first",
+    )
+    async def messages(
+        session_id: SessionId,
+        after: Annotated[int, Query(ge=0, description="Only messages with a larger seq.")] = 0,
+    ) -> Messages:
+        rows = await asyncio.to_thread(sessions().list_session, session_id)
+        return Messages(
+            session_id=session_id,
+            messages=[MessageOut.model_validate(r.model_dump()) for r in rows if r.seq > after],
+        )
+
+    @app.get(
+        "/v1/tasks/{task_id}/events",
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "Progress events"},
+            **REFUSALS,
+        },
+        response_class=StreamingResponse,
+        dependencies=api,
+        summary="Live progress as server-sent events",
+        description="Events: round_started, waiting_for_user, question_answered, delegated, "
+        "branch_finished, phase, then one of replied, failed, canceled (the stream ends). Each "
+        "event's id is stable: send it back as Last-Event-ID to resume after it.",
+    )
+    async def events(
+        task_id: TaskId,
+        last_event_id: Annotated[str | None, Header(max_length=300)] = None,
+    ) -> Response:
+        await ops.describe(task_id)  # an unknown task is a 404 here, not an empty stream
+        if last_event_id == "end":
+            return Response(status_code=204)  # tells an EventSource not to reconnect
+        return StreamingResponse(
+            _stream(hub, task_id, last_event_id),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+async def _stream(hub: ProgressHub, task_id: str, last_event_id: str | None) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    async with hub.subscribe(task_id, after=last_event_id) as queue:
+        while True:
+            try:
+                event: ProgressEvent | None = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keep-alive\n\n"  # keeps proxies from closing an idle stream
+                continue
+            if event is None:
+                return
+            yield event.sse()

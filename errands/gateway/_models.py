@@ -1,0 +1,121 @@
+"""The gateway's request and response bodies. Requests forbid unknown fields, so a typo in a field
+name is a 422 that names it instead of a silently ignored option."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from errands.contracts import ModelUsage
+
+SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$"
+"""Session ids become part of task ids, workflow ids and a search attribute: keep them plain."""
+TASK_PATTERN = r"^[^/\s\x00-\x1f]{1,300}$"
+MAX_TEXT = 100_000
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewTask(_Request):
+    """A task to start in the session of the path."""
+
+    text: str = Field(max_length=MAX_TEXT, description="What the agent should do.")
+    model: str | None = Field(
+        default=None,
+        description="provider:model of the primary slot (openai:…, anthropic:…, demo); "
+        "default: the gateway's ERRANDS_MODEL",
+    )
+    fallback_model: str | None = Field(default=None, description="provider:model of the fallback")
+    headless: bool = Field(default=False, description="No one will answer questions.")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the task's text is blank; write what the agent should do")
+        return value
+
+
+class AnswerRequest(_Request):
+    """An answer to the pending question (the same wire form as ``errands answer``)."""
+
+    answers: dict[str, list[str] | str] = Field(
+        default_factory=dict,
+        description='Per question id: offered labels, "Other: your words", or text. '
+        "Send {} to dismiss the question without choosing.",
+    )
+    status: Literal["answered", "cancelled"] = "answered"
+    question_set_id: str | None = Field(
+        default=None, description="The pending question's id; default: the one pending now."
+    )
+
+    @model_validator(mode="after")
+    def _answers_given(self) -> AnswerRequest:
+        if self.status == "answered" and "answers" not in self.model_fields_set:
+            raise ValueError(
+                'give "answers" (send {} to dismiss the question), or "status": "cancelled"'
+            )
+        return self
+
+
+class SideQuestionRequest(_Request):
+    question: str = Field(max_length=10_000, description="What you want to know.")
+
+    @field_validator("question")
+    @classmethod
+    def _question_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the side question is blank; write what you want to know")
+        return value
+
+
+class TaskCreated(BaseModel):
+    task_id: str
+    session_id: str
+    status: Literal["running"] = "running"
+
+
+class AnswerAccepted(BaseModel):
+    task_id: str
+    accepted: bool = True
+    question_set_id: str
+    status: str
+
+
+class SideAnswerOut(BaseModel):
+    task_id: str
+    answer: str
+    path: str
+    model: str
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)
+
+
+class CancelRequested(BaseModel):
+    task_id: str
+    status: Literal["cancel_requested"] = "cancel_requested"
+
+
+class MessageOut(BaseModel):
+    id: str
+    seq: int
+    role: str
+    kind: str
+    text: str
+    task_id: str | None = None
+    round: int | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Messages(BaseModel):
+    session_id: str
+    messages: list[MessageOut]
+
+
+class Problem(BaseModel):
+    """Every refusal: ``detail`` says what to fix."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None

