@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 
 from chaos._planned import Size, run_planned
 from chaos._report import Outcome
@@ -27,6 +28,7 @@ async def worker_kills(stack: Stack, rng: random.Random, size: Size) -> Outcome:
 
     async def strike() -> None:
         worker.kill()
+        await cut_off(stack, queue, outcome)
         downtimes.append(rng.uniform(0, 1.5))
         await asyncio.sleep(downtimes[-1])
         worker.start()
@@ -50,6 +52,20 @@ async def worker_kills(stack: Stack, rng: random.Random, size: Size) -> Outcome:
     if downtimes:
         outcome.facts["longest time without a worker (s)"] = max(downtimes)
     return outcome
+
+
+async def cut_off(stack: Stack, queue: str, outcome: Outcome) -> None:
+    """Count what the kill cut off: activities started and never reported, and the tasks
+    parked on a question at that moment (the server still shows them as they were)."""
+    seen = outcome.facts.setdefault("in flight when the worker was killed", Counter())
+    query = f"TaskQueue = '{queue}' AND ExecutionStatus = 'Running'"
+    async for execution in stack.client.list_workflows(query):
+        handle = stack.client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        raw = (await handle.describe()).raw_description
+        for activity in raw.pending_activities:
+            seen[f"{activity.activity_type.name} activity"] += 1
+        if raw.pending_workflow_task.state:
+            seen["workflow task"] += 1
 
 
 async def server_restarts(stack: Stack, rng: random.Random, size: Size) -> Outcome:

@@ -140,6 +140,7 @@ async def run_planned(
         {
             "tasks": len(plans),
             "branches run": sum(p.branch_calls for p in plans),
+            "questions asked": sum(len(p.asks) for p in plans),
             "questions answered": user.answers,
             "answers sent again after a lost reply or an outage": user.answer_retries,
             "tasks continuing as new after every round": continued,

@@ -10,7 +10,6 @@ already answered): a settled step asked again is a step the system forgot it had
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import re
 import threading
@@ -252,7 +251,3 @@ class User:
             return False
         self.answers += 1
         return True
-
-
-def describe_plan(plan: Plan) -> str:
-    return json.dumps({"branches": plan.branches, "asks": sorted(plan.asks)})

@@ -31,7 +31,8 @@ from errands.devserver import DevServer, port_open
 from errands.picker import pick_answer
 from errands.settings import Settings, load_settings
 from errands.store import open_store
-from errands.workflow_io import SideQuestion, TaskInput, TaskResult, TaskStatus
+from errands.tasks import task_input
+from errands.workflow_io import SideQuestion, TaskResult, TaskStatus
 from workflows import _search as search
 
 STATUS_FIELDS = ("task_id", "session_id", "status", "reply", "error", "usage")
@@ -174,15 +175,15 @@ async def _run(args: argparse.Namespace) -> int:
     if note:
         _note(note)
     session = args.session or f"s-{secrets.token_hex(4)}"
-    task_id = f"task-{session}-{secrets.token_hex(3)}"
-    task = TaskInput(
-        task_id=task_id,
+    task = task_input(
+        settings,
         session_id=session,
         text=args.text,
         model=model,
-        fallback_model=args.fallback_model or settings.fallback_model,
+        fallback_model=args.fallback_model,
         headless=args.headless,
     )
+    task_id = task.task_id
     async with _stack(settings, need_worker_here=not args.detach) as client:
         await client.start_workflow(
             "TaskWorkflow",

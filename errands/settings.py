@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     ``127.0.0.1:9464``; ``0.0.0.0:9464`` in a container). Unset: no endpoint."""
     otel: bool = Field(default=False, alias="ERRANDS_OTEL")
     """Trace tasks with OpenTelemetry through temporalio's interceptor (the ``otel`` extra)."""
+    prices: str | None = Field(default=None, alias="ERRANDS_PRICES")
+    """Extra or changed prices, JSON: {"provider:model": {"input": …, "output": …, "cached": …}}
+    in USD per million tokens, on top of errands.pricing.DEFAULT_PRICES."""
     dev_port: int = Field(default=7233, alias="ERRANDS_DEV_PORT")
     dev_ui_port: int = Field(default=8233, alias="ERRANDS_DEV_UI_PORT")
 

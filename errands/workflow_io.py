@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from errands.activity_io import RoundStepInput
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
+from errands.pricing import ModelPrice
 from errands.subtask_types import SubtaskTypeInfo
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
@@ -86,6 +87,8 @@ class TaskInput(BaseModel):
     search_attributes: bool = True
     """Keep the Errands* search attributes current (they must be registered on the namespace)."""
     settings: RoundSettings = Field(default_factory=RoundSettings)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """USD per million tokens for the models this task may use (see errands.pricing)."""
     carry: TaskState | None = None
     """Set by continue-as-new: where the previous run left off. Never the transcript."""
 
@@ -143,6 +146,8 @@ class TaskResult(BaseModel):
     rounds: int = 0
     steps: int = 0
     usage: UsageLedger = Field(default_factory=UsageLedger)
+    cost_usd: float = 0.0
+    """The usage priced with the task's price table; models without a price count as 0."""
     last_round: RoundStepInput | None = None
     """The latest round's request, by reference: what a side question replays."""
     side_question_model: str | None = None

@@ -27,6 +27,7 @@ async def start_task(
     settings: RoundSettings | None = None,
     headless: bool = False,
     advisor_model: str | None = None,
+    **extra: Any,
 ) -> WorkflowHandle[Any, TaskResult]:
     session_id, task_id = new_ids()
     if session:
@@ -42,6 +43,7 @@ async def start_task(
             headless=headless,
             advisor_model=advisor_model,
             settings=settings or RoundSettings(),
+            **extra,
         ),
         id=task_id,
         task_queue=task_queue,

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts import ToolCall
     from errands.control import DelegateDecision, ReplyDecision, SubtaskDraft
+    from errands.pricing import cost_usd
     from errands.workflow_io import (
         AnswerReceipt,
         SideQuestion,
@@ -199,6 +200,7 @@ class TaskWorkflow:
             rounds=state.rounds,
             steps=state.steps,
             usage=state.ledger,
+            cost_usd=cost_usd(state.ledger, data.prices),
             last_round=state.last_round,
             side_question_model=data.side_question_model or data.model,
         )
@@ -438,7 +440,11 @@ class TaskWorkflow:
 
     def _set_state(self, status: str, phase: str) -> None:
         self._status, self._phase = status, phase
-        self._search.publish(state=status, round_=self.state.round)
+        self._search.publish(
+            state=status,
+            round_=self.state.round,
+            cost=cost_usd(self.state.ledger, self.data.prices),
+        )
 
 
 def _failure_signature(outcomes: list[BranchOutcome]) -> str:

@@ -26,7 +26,8 @@ from errands.gateway._errors import ApiError, from_rpc
 from errands.gateway._models import AnswerRequest, NewTask
 from errands.routing import parse_model
 from errands.settings import Settings
-from errands.workflow_io import AnswerReceipt, SideQuestion, TaskInput, TaskResult, TaskStatus
+from errands.tasks import task_input
+from errands.workflow_io import AnswerReceipt, SideQuestion, TaskResult, TaskStatus
 from workflows import _search as search
 
 TASK_WORKFLOW = "TaskWorkflow"
@@ -118,15 +119,15 @@ class TaskOps:
         for field, spec in (("model", model), ("fallback_model", fallback)):
             if spec is not None:
                 _check_model(field, spec)
-        task_id = f"task-{session_id}-{secrets.token_hex(3)}"
-        task = TaskInput(
-            task_id=task_id,
+        task = task_input(
+            settings,
             session_id=session_id,
             text=body.text,
             model=model,
             fallback_model=fallback,
             headless=body.headless,
         )
+        task_id = task.task_id
         try:
             await self.client.start_workflow(
                 TASK_WORKFLOW,
