@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._requests import round_request
+from activities._session import write_branch_row
 from errands import ids, prompts
 from errands.activity_io import (
     BranchStepInput,
@@ -50,25 +51,20 @@ class ModelActivities:
     @activity.defn(name="open_branch")
     async def open_branch(self, data: OpenBranchInput) -> None:
         """Start a branch's own thread: its instructions and the messages it cites, verbatim."""
-
-        def write() -> None:
-            rows = self._store.list_session(data.session_id, upto_seq=data.catalog_upto_seq)
-            cited = referenced_messages(render_session(rows, data.task_id).catalog, data.references)
-            self._store.append_once(
-                NewMessage(
-                    id=ids.thread_instructions_id(data.thread_id),
-                    session_id=data.thread_id,
-                    role="user",
-                    kind="note",
-                    text=prompts.branch_opening(data.prompt, cited),
-                    task_id=data.task_id,
-                )
-            )
-
-        await asyncio.to_thread(write)
+        await asyncio.to_thread(open_thread, self._store, data)
 
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
+        """One model step of a branch. Its first step opens the thread and the step that ends
+        the branch writes its row, so a one-step branch costs a single activity."""
+        if data.open is not None:
+            await asyncio.to_thread(open_thread, self._store, data.open)
+        out = await self._branch_step(data)
+        if out.tool_calls == 0 and data.record is not None:
+            await asyncio.to_thread(write_branch_row, self._store, data.record)
+        return out
+
+    async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         step_id = ids.thread_step_id(data.thread_id, data.step)
         stored = await asyncio.to_thread(self._store.get, step_id)
         if stored is not None:
@@ -198,3 +194,19 @@ def model_timeout() -> float:
     if info.start_to_close_timeout:
         return max(1.0, info.start_to_close_timeout.total_seconds() - 1)
     return 300.0
+
+
+def open_thread(store: SessionStore, data: OpenBranchInput) -> None:
+    """A branch's thread starts with its instructions and the messages it cites, verbatim."""
+    rows = store.list_session(data.session_id, upto_seq=data.catalog_upto_seq)
+    cited = referenced_messages(render_session(rows, data.task_id).catalog, data.references)
+    store.append_once(
+        NewMessage(
+            id=ids.thread_instructions_id(data.thread_id),
+            session_id=data.thread_id,
+            role="user",
+            kind="note",
+            text=prompts.branch_opening(data.prompt, cited),
+            task_id=data.task_id,
+        )
+    )

@@ -115,31 +115,7 @@ class SessionActivities:
     @activity.defn(name="record_branch")
     async def record_branch(self, data: RecordBranchInput) -> None:
         """Write a branch's row into the session; a completed branch's text is its last step."""
-        await asyncio.to_thread(self._record_branch, data)
-
-    def _record_branch(self, data: RecordBranchInput) -> None:
-        text = data.error or ""
-        if data.status == "completed":
-            steps = [r for r in self._store.list_session(data.thread_id) if r.kind == "step"]
-            text = steps[-1].text if steps else ""
-        self._store.append_once(
-            NewMessage(
-                id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
-                session_id=data.session_id,
-                role="tool",
-                kind="branch",
-                text=text,
-                task_id=data.task_id,
-                round=data.round,
-                meta={
-                    "ordinal": data.ordinal,
-                    "subtask_id": subtask_id(data.round, data.ordinal),
-                    "thread_id": data.thread_id,
-                    "status": data.status,
-                    **data.draft.model_dump(),
-                },
-            )
-        )
+        await asyncio.to_thread(write_branch_row, self._store, data)
 
     @activity.defn(name="recall_decisions")
     async def recall_decisions(self, data: SessionRef) -> dict[str, dict[str, Any]]:
@@ -185,3 +161,29 @@ class SessionActivities:
             )
         )
         return row.text
+
+
+def write_branch_row(store: SessionStore, data: RecordBranchInput) -> None:
+    """A branch's row in the session; a completed branch's text is its thread's last step."""
+    text = data.error or ""
+    if data.status == "completed":
+        steps = [r for r in store.list_session(data.thread_id) if r.kind == "step"]
+        text = steps[-1].text if steps else ""
+    store.append_once(
+        NewMessage(
+            id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
+            session_id=data.session_id,
+            role="tool",
+            kind="branch",
+            text=text,
+            task_id=data.task_id,
+            round=data.round,
+            meta={
+                "ordinal": data.ordinal,
+                "subtask_id": subtask_id(data.round, data.ordinal),
+                "thread_id": data.thread_id,
+                "status": data.status,
+                **data.draft.model_dump(),
+            },
+        )
+    )

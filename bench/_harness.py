@@ -9,22 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from pydantic import SecretStr
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from bench._floor import FloorChild, FloorPlan, FloorTask, floor_noop
+from bench._measure import history_of
 from bench._model import responder
 from errands.client import connect
 from errands.devserver import DevServer, free_port
@@ -37,6 +38,10 @@ from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+FAKE_KEY = "sk-bench-not-a-real-key"
+"""The scripted server takes any key; a real one is never needed, nor read."""
+TASK_TIMEOUT = 600.0
+"""Longest wait for one task's result before the benchmark gives up and says why."""
 
 
 class Stack:
@@ -82,7 +87,7 @@ class Stack:
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=task_queue or f"bench-{uuid.uuid4().hex[:8]}",
             ERRANDS_DATABASE_URL=self.database_url,
-            OPENAI_API_KEY="sk-bench-not-a-real-key",
+            OPENAI_API_KEY=SecretStr(FAKE_KEY),
             OPENAI_BASE_URL=self.model.openai_base_url,
         )
 
@@ -125,7 +130,7 @@ class Stack:
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=settings.task_queue,
             ERRANDS_DATABASE_URL=self.database_url,
-            OPENAI_API_KEY="sk-bench-not-a-real-key",
+            OPENAI_API_KEY=FAKE_KEY,
             OPENAI_BASE_URL=self.model.openai_base_url,
             PYTHONPATH=str(ROOT),
         )
@@ -176,11 +181,46 @@ class Stack:
         """Start a task and wait for its result: seconds from the start call to the result."""
         began = time.perf_counter()
         handle = await self.start_task(settings, model, **kwargs)
-        result = await handle.result()
-        elapsed = time.perf_counter() - began
+        await self.result(handle)
+        return time.perf_counter() - began, handle.id
+
+    async def result(
+        self, handle: WorkflowHandle[Any, TaskResult], timeout: float = TASK_TIMEOUT
+    ) -> TaskResult:
+        """A task's result, which must be a reply; a task that fails or hangs stops the run."""
+        try:
+            result = await asyncio.wait_for(handle.result(), timeout)
+        except TimeoutError:
+            raise RuntimeError(
+                f"task {handle.id} gave no result in {timeout:g}s; "
+                f"{await stuck_reason(self.client, handle.id)}"
+            ) from None
         if result.status != "replied":
             raise RuntimeError(f"task {handle.id} ended {result.status}: {result.error}")
-        return elapsed, handle.id
+        return result
+
+
+async def stuck_reason(client: Client, workflow_id: str) -> str:
+    """The last workflow-task failure in a workflow's history, the usual cause of a hang."""
+    events, _ = await history_of(client, workflow_id)
+    failed = [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    if failed:
+        return f"its workflow task keeps failing: {failed[-1]}"
+    return f"its history has {len(events)} events and no workflow-task failure"
+
+
+@asynccontextmanager
+async def stack_for(name: str, given: Stack | None) -> AsyncIterator[Stack]:
+    """The stack a benchmark was handed (the smoke test shares one), or a fresh one of its own."""
+    if given is not None:
+        yield given
+        return
+    async with Stack(name) as stack:
+        yield stack
 
 
 def stop_process(child: subprocess.Popen[bytes], timeout: float = 10) -> None:
@@ -211,170 +251,3 @@ async def bounded(limit: int, jobs: Iterable[Awaitable[T]]) -> list[T]:
             return await job
 
     return list(await asyncio.gather(*(one(j) for j in jobs)))
-
-
-# -- statistics ------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (p in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(p / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
-def summary_ms(values: list[float]) -> dict[str, float]:
-    ms = [v * 1000 for v in values]
-    return {
-        "n": len(ms),
-        "median_ms": round(statistics.median(ms), 1),
-        "p95_ms": round(percentile(ms, 95), 1),
-        "min_ms": round(min(ms), 1),
-        "max_ms": round(max(ms), 1),
-    }
-
-
-# -- histories -------------------------------------------------------------------------------
-
-
-async def history_of(client: Client, workflow_id: str) -> tuple[list[Any], int]:
-    """A workflow's events and the size of its history as JSON (what an export weighs)."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return list(history.events), len(history.to_json().encode())
-
-
-def child_ids(events: list[Any]) -> list[str]:
-    initiated = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-    return [
-        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-        for e in events
-        if e.event_type == initiated
-    ]
-
-
-async def task_tree(client: Client, workflow_id: str) -> dict[str, Any]:
-    """Events and bytes of a task's workflow plus every child it started, recursively."""
-    events, size = await history_of(client, workflow_id)
-    tree: dict[str, Any] = {"events": len(events), "bytes": size, "children": []}
-    for child in child_ids(events):
-        tree["children"].append(await task_tree(client, child))
-    tree["total_events"] = tree["events"] + sum(c["total_events"] for c in tree["children"])
-    tree["total_bytes"] = tree["bytes"] + sum(c["total_bytes"] for c in tree["children"])
-    return tree
-
-
-def activity_types(events: list[Any]) -> list[str]:
-    scheduled = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in events
-        if e.event_type == scheduled
-    ]
-
-
-def activity_durations(events: list[Any]) -> dict[str, list[float]]:
-    """Seconds from started to completed of each activity, by activity type."""
-    names: dict[int, str] = {}
-    started: dict[int, Any] = {}
-    out: dict[str, list[float]] = {}
-    for e in events:
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            started[e.activity_task_started_event_attributes.scheduled_event_id] = e.event_time
-        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            scheduled = e.activity_task_completed_event_attributes.scheduled_event_id
-            began = started.get(scheduled)
-            if began is not None:
-                seconds = (e.event_time.ToDatetime() - began.ToDatetime()).total_seconds()
-                out.setdefault(names[scheduled], []).append(seconds)
-    return out
-
-
-def count_events(events: list[Any], event_type: int) -> int:
-    return sum(1 for e in events if e.event_type == event_type)
-
-
-# -- processes -------------------------------------------------------------------------------
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process, from /proc/PID/status."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS line for process {pid}")
-
-
-def child_pids(name: str) -> list[int]:
-    """Processes started by this one whose command name is ``name`` (e.g. the dev server)."""
-    me, found = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if ppid == me and comm == name:
-            found.append(int(entry.name))
-    return found
-
-
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def _spans(events: list[Any], started: int, closed: tuple[int, ...]) -> float:
-    """Sum of seconds from each ``started`` event to the next ``closed`` event after it."""
-    total, opened = 0.0, None
-    for e in events:
-        if e.event_type == started:
-            opened = e.event_time.ToDatetime()
-        elif e.event_type in closed and opened is not None:
-            total += (e.event_time.ToDatetime() - opened).total_seconds()
-            opened = None
-    return total
-
-
-async def busy_path(client: Client, workflow_id: str) -> dict[str, float]:
-    """Seconds the critical path of a task spends in workflow tasks and in activities: the
-    workflow's own, plus those of its slowest child (children run in parallel).
-
-    Activities of one workflow here run one at a time, so their spans add up; the rest of the
-    end-to-end time is server dispatch and the hops between them."""
-    events, _ = await history_of(client, workflow_id)
-    wft = _spans(
-        events,
-        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
-        (
-            EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-        ),
-    )
-    act = _spans(
-        events,
-        EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
-        (
-            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
-            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
-        ),
-    )
-    children = [await busy_path(client, c) for c in child_ids(events)]
-    slowest = max(children, key=lambda c: c["workflow_task_s"] + c["activity_s"], default=None)
-    if slowest is not None:
-        wft += slowest["workflow_task_s"]
-        act += slowest["activity_s"]
-    return {"workflow_task_s": wft, "activity_s": act}

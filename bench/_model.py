@@ -30,7 +30,7 @@ QUESTION = {
     ],
 }
 ANSWER_LABEL = "SQLite"
-SLOW_SECONDS = 2.0
+SLOW_SECONDS = 1.5
 
 _SHAPE = re.compile(r"^bench-d(?P<rounds>\d+)-b(?P<branches>\d+)(?P<ask>-ask)?(?P<slow>-slow)?$")
 

@@ -3,7 +3,8 @@
 A session is seeded with N prior messages (alternating user and assistant, about 100
 characters each, written directly with ``store.append_once``), then one task runs in it: round
 0 delegates 3 branches, round 1 replies. Its history is measured as exported JSON (bytes) and
-events, for the task's workflow alone and with its 3 child workflows.
+events, for the task's workflow alone and with its 3 child workflows. Each size runs in fresh
+sessions several times; each figure is its median.
 
 The peer runs the same conversation through temporalio's OpenAI Agents integration
 (``temporalio-openai-agents``) against the same scripted server: the workflow takes the N
@@ -16,17 +17,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
+import time
 import uuid
 from datetime import timedelta
 from typing import Any
 
-from bench._harness import Stack, history_of, task_tree
+from bench._harness import FAKE_KEY, Stack, stack_for
+from bench._measure import history_of, task_tree
 from bench._model import model_name
 from errands.contracts import NewMessage
 
 TITLE = "B3 · history growth with the session's length"
-FULL = {"sizes": [10, 1000, 10000], "peer": True}
-SMOKE = {"sizes": [2, 20], "peer": True}
+FULL = {"sizes": [10, 1000, 10000], "peer": True, "repeats": 3}
+SMOKE = {"sizes": [3], "peer": True}
 TARGET = 0.10
 
 MODEL = model_name(1, 3)
@@ -59,28 +63,40 @@ def seed(stack: Stack, session_id: str, n: int) -> None:
         )
 
 
-async def errands_sizes(stack: Stack, sizes: list[int]) -> list[dict[str, Any]]:
+def medians(n: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the runs of one size (each figure on its own)."""
+    return {"prior_messages": n, "runs": len(runs)} | {
+        key: round(statistics.median(r[key] for r in runs), 2) for key in runs[0]
+    }
+
+
+async def errands_sizes(stack: Stack, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
     settings = stack.settings()
     await stack.worker(settings)
     out = []
     for n in sizes:
-        session = f"b3-{n}-{uuid.uuid4().hex[:6]}"
-        await asyncio.to_thread(seed, stack, session, n)
-        _, wid = await stack.run_task(settings, MODEL, text=TEXT, session_id=session)
-        tree = await task_tree(stack.client, wid)
-        out.append(
-            {
-                "prior_messages": n,
-                "task_bytes": tree["bytes"],
-                "task_events": tree["events"],
-                "with_children_bytes": tree["total_bytes"],
-                "with_children_events": tree["total_events"],
-            }
-        )
+        runs = []
+        for _ in range(repeats):
+            # A fresh session each time: a second task in the same one would see the first.
+            session = f"b3-{n}-{uuid.uuid4().hex[:6]}"
+            await asyncio.to_thread(seed, stack, session, n)
+            elapsed, wid = await stack.run_task(settings, MODEL, text=TEXT, session_id=session)
+            tree = await task_tree(stack.client, wid)
+            runs.append(
+                {
+                    "seconds": elapsed,
+                    "task_bytes": tree["bytes"],
+                    "task_events": tree["events"],
+                    "with_children_bytes": tree["total_bytes"],
+                    "with_children_events": tree["total_events"],
+                }
+            )
+        out.append(medians(n, runs))
     return out
 
 
-async def peer_sizes(stack: Stack, sizes: list[int]) -> list[dict[str, Any]]:
+async def peer_sizes(stack: Stack, sizes: list[int], repeats: int) -> list[dict[str, Any]]:
+    # Imported here: the peer is an optional install, and errands' figures stand without it.
     # The Agents SDK exports traces to OpenAI unless told not to; nothing may leave loopback.
     os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
     from agents import set_tracing_disabled
@@ -93,9 +109,7 @@ async def peer_sizes(stack: Stack, sizes: list[int]) -> list[dict[str, Any]]:
     from bench._peer import PeerTask
 
     set_tracing_disabled(True)
-    openai = AsyncOpenAI(
-        base_url=stack.model.openai_base_url, api_key="sk-bench-not-a-real-key", max_retries=0
-    )
+    openai = AsyncOpenAI(base_url=stack.model.openai_base_url, api_key=FAKE_KEY, max_retries=0)
     plugin = OpenAIAgentsPlugin(
         model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=120)),
         model_provider=OpenAIProvider(openai_client=openai, use_responses=False),
@@ -106,18 +120,23 @@ async def peer_sizes(stack: Stack, sizes: list[int]) -> list[dict[str, Any]]:
     out = []
     try:
         for n in sizes:
-            wid = f"peer-{n}-{uuid.uuid4().hex[:6]}"
             items = conversation(n)
-            await client.execute_workflow(PeerTask.run, items, id=wid, task_queue=queue)
-            events, size = await history_of(client, wid)
-            out.append(
-                {
-                    "prior_messages": n,
-                    "task_bytes": size,
-                    "task_events": len(events),
-                    "input_payload_bytes": len(json.dumps(items).encode()),
-                }
-            )
+            runs = []
+            for _ in range(repeats):
+                wid = f"peer-{n}-{uuid.uuid4().hex[:6]}"
+                began = time.perf_counter()
+                await client.execute_workflow(PeerTask.run, items, id=wid, task_queue=queue)
+                elapsed = time.perf_counter() - began
+                events, size = await history_of(client, wid)
+                runs.append(
+                    {
+                        "seconds": elapsed,
+                        "task_bytes": size,
+                        "task_events": len(events),
+                        "input_payload_bytes": len(json.dumps(items).encode()),
+                    }
+                )
+            out.append(medians(n, runs))
     finally:
         await openai.close()
     return out
@@ -127,12 +146,21 @@ def growth(rows: list[dict[str, Any]], key: str) -> float:
     return round(rows[-1][key] / rows[0][key] - 1, 4)
 
 
-async def run(sizes: list[int], peer: bool) -> dict[str, Any]:
-    async with Stack("b3") as stack:
-        ours = await errands_sizes(stack, sizes)
-        theirs: list[dict[str, Any]] | str = []
+async def run(
+    sizes: list[int], peer: bool, repeats: int = 1, stack: Stack | None = None
+) -> dict[str, Any]:
+    async with stack_for("b3", stack) as stack:
+        ours = await errands_sizes(stack, sizes, repeats)
+        theirs: list[dict[str, Any]] = []
+        missing = None
         if peer:
-            theirs = await peer_sizes(stack, sizes)
+            try:
+                theirs = await peer_sizes(stack, sizes, repeats)
+            except ImportError as error:
+                missing = (
+                    f"the peer was not run: {error.name} is not installed "
+                    "(pip install temporalio-openai-agents)"
+                )
     result: dict[str, Any] = {
         "shape": "round 0 delegates 3 branches, round 1 replies; peer: main agent, 3 sub-agent "
         "tool calls, reply",
@@ -145,6 +173,8 @@ async def run(sizes: list[int], peer: bool) -> dict[str, Any]:
         },
         "target": f"errands grows <= {TARGET:.0%} from {sizes[0]} to {sizes[-1]} messages",
     }
+    if missing:
+        result["peer_missing"] = missing
     if theirs:
         result["peer"] = theirs
         result["peer_growth"] = {
@@ -154,22 +184,40 @@ async def run(sizes: list[int], peer: bool) -> dict[str, Any]:
     return result
 
 
+def worst_growth(result: dict[str, Any]) -> float:
+    g = result["errands_growth"]
+    return max(g["task_bytes"], g["with_children_bytes"])
+
+
+def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
+    first, last = result["errands"][0], result["errands"][-1]
+    figure = (
+        f"errands {worst_growth(result):+.1%} bytes from {first['prior_messages']:,} to "
+        f"{last['prior_messages']:,} messages"
+    )
+    if "peer_growth" in result:
+        figure += f"; peer {result['peer_growth']['task_bytes']:+.0%}"
+    return figure, f"≤ {TARGET:+.0%}", worst_growth(result) <= TARGET
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Shape: {result['shape']}. Prior messages of about {result['message_chars']} "
         "characters each.",
         "",
         "| prior messages | errands task: bytes / events | errands with its 3 children: "
-        "bytes / events | peer (OpenAI Agents integration): bytes / events |",
-        "|---|---|---|---|",
+        "bytes / events | errands task s | peer (OpenAI Agents integration): bytes / events "
+        "| peer s |",
+        "|---|---|---|---|---|---|",
     ]
     peer = {r["prior_messages"]: r for r in result.get("peer", [])}
     for r in result["errands"]:
         p = peer.get(r["prior_messages"])
-        theirs = f"{p['task_bytes']:,} / {p['task_events']}" if p else "—"
+        theirs = f"{p['task_bytes']:,} / {p['task_events']} | {p['seconds']}" if p else "— | —"
         lines.append(
             f"| {r['prior_messages']:,} | {r['task_bytes']:,} / {r['task_events']} | "
-            f"{r['with_children_bytes']:,} / {r['with_children_events']} | {theirs} |"
+            f"{r['with_children_bytes']:,} / {r['with_children_events']} | {r['seconds']} | "
+            f"{theirs} |"
         )
     g = result["errands_growth"]
     lines += [
@@ -178,12 +226,22 @@ def markdown(result: dict[str, Any]) -> str:
         f"{g['task_bytes']:+.1%} bytes, with children {g['with_children_bytes']:+.1%} bytes, "
         f"{g['task_events']:+.1%} events** (target ≤ +10%).",
     ]
+    if "peer_missing" in result:
+        lines.append(result["peer_missing"] + ".")
     if "peer_growth" in result:
         pg = result["peer_growth"]
         largest = result["peer"][-1]
         lines.append(
             f"Peer growth: {pg['task_bytes']:+.0%} bytes, {pg['task_events']:+.0%} events; its "
             f"workflow input alone is {largest['input_payload_bytes']:,} bytes at "
-            f"{largest['prior_messages']:,} messages (Temporal refuses a payload over 2 MB)."
+            f"{largest['prior_messages']:,} messages (Temporal refuses a payload over 2 MB), and "
+            "each of its main agent's model activities carries the transcript again."
         )
+    lines.append(
+        "Single runs can differ by a workflow task (3 events, about 1.5 kB) either way: how "
+        "many child completions one workflow task takes in depends on timing; hence medians. "
+        "The task's time grows with "
+        "the session because each round renders it in full for the model (a request of "
+        f"{result['errands'][-1]['prior_messages']:,} messages), which no history carries."
+    )
     return "\n".join(lines)

@@ -13,9 +13,9 @@ from chaos._roleplay import make_plan
 from chaos._stack import Stack
 
 KILL_FULL = Size(tasks=24, strikes=25, concurrency=8, timeout=1500)
-KILL_SHORT = Size(tasks=4, strikes=3, concurrency=4, timeout=150)
+KILL_SHORT = Size(tasks=3, strikes=2, concurrency=3, timeout=150, delay=0.5)
 RESTART_FULL = Size(tasks=10, strikes=4, concurrency=10, timeout=900)
-RESTART_SHORT = Size(tasks=3, strikes=1, concurrency=3, timeout=150)
+RESTART_SHORT = Size(tasks=2, strikes=1, concurrency=2, timeout=150, delay=0.5)
 
 
 async def worker_kills(stack: Stack, rng: random.Random, size: Size) -> Outcome:

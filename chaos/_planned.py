@@ -35,6 +35,8 @@ class Size:
     concurrency: int
     timeout: float
     """Seconds the whole scenario may take before unfinished tasks count as stuck."""
+    delay: float = 1.2
+    """Longest a model call takes; each call takes a random time up to it."""
 
 
 def round_settings(rng: random.Random) -> RoundSettings:
@@ -58,7 +60,7 @@ async def run_planned(
     strike: Strike,
     fault: str,
 ) -> None:
-    agent = Agent(stack.store, outcome, random.Random(rng.random()))
+    agent = Agent(stack.store, outcome, random.Random(rng.random()), size.delay)
     stack.answer(model, agent)
     user = User(stack.client, outcome)
     watcher = RowWatcher(stack.store, outcome)
@@ -91,7 +93,6 @@ async def run_planned(
             except WorkflowFailureError as error:
                 outcome.lose("tasks not ended as expected", f"{task_id} failed: {error.cause}")
                 return
-            print("DONE", task_id, time.monotonic() - started, flush=True)
             if result is None:
                 outcome.lose("stuck tasks", f"{task_id} did not end within {size.timeout:.0f} s")
                 return
@@ -116,11 +117,11 @@ async def run_planned(
         expected_calls = sum(p.main_calls + p.branch_calls for p in plans)
         for n in range(size.strikes):
             left = max(1, expected_calls - agent.calls)
-            target = agent.calls + rng.randint(1, max(2, 2 * left // (size.strikes - n)))
+            # At most an even share of what is left, so every strike lands before the end.
+            target = agent.calls + rng.randint(1, max(1, left // (size.strikes - n)))
             while agent.calls < target:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(rng.uniform(0, 0.6))
-            print("STRIKE", n, time.monotonic() - started, agent.calls, flush=True)
             await strike()
             outcome.faults[fault] += 1
 

@@ -6,6 +6,7 @@ sum of these counts being zero, and a failing run says how much of what went wro
 
 from __future__ import annotations
 
+import os
 import platform
 from collections import Counter
 from dataclasses import dataclass, field
@@ -80,8 +81,6 @@ class Run:
 
 def machine() -> str:
     cpu = _cpu_model() or platform.processor() or platform.machine()
-    import os
-
     cores = os.cpu_count() or 0
     memory = _memory_gib()
     parts = [f"{cpu}, {cores} cores" if cores else cpu]
@@ -118,6 +117,9 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
     """The reliability note: what was injected, what ran, what was lost, and how to redo it."""
     faults = sum(sum(o.faults.values()) for o in run.outcomes)
     tasks = sum(o.tasks for o in run.outcomes)
+    scenarios = [o for o in run.outcomes if o.name != "probes"]
+    lost = sum(o.lost for o in scenarios)
+    probed = sum(o.lost for o in run.outcomes if o.name == "probes")
     size = "short" if run.short else "full"
     lines = [
         "# Reliability: the fault-injection suite",
@@ -135,8 +137,11 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
         f"- Seed: `{run.seed}` (reproduce with `python -m chaos --seed {run.seed}`)",
         f"- Machine: {machine()}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
-        f"- Faults injected: **{faults}**; tasks run: **{tasks}**; "
-        f"lost: **{run.lost}** " + ("(nothing)" if not run.lost else "(see below)"),
+        f"- Faults injected: **{faults}**; tasks run: **{tasks}**",
+        f"- Lost under the injected faults: **{lost}** "
+        + ("(nothing)" if not lost else "(see the scenarios below)"),
+        f"- Open bugs the targeted probes found: **{probed}** "
+        + ("(none)" if not probed else "(described at the end)"),
         "",
         "| scenario | tasks | faults injected | lost |",
         "|---|---:|---|---:|",
@@ -148,14 +153,14 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
         "",
         "## What was counted as lost",
         "",
-        "Each of these is counted by every scenario it applies to; all are zero when nothing "
-        "was lost.",
+        "Each of these is counted by every scenario it applies to (the probes, aimed at known "
+        "weak spots, are counted apart); all are zero when nothing was lost.",
         "",
         "| loss | count |",
         "|---|---:|",
     ]
     total: Counter[str] = Counter()
-    for o in run.outcomes:
+    for o in scenarios:
         total.update(o.losses)
     lines += [f"| {name} | {total[name]} |" for name in LOSSES]
     for o in run.outcomes:

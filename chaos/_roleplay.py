@@ -116,8 +116,11 @@ class _Task:
 class Agent:
     """The scripted model's responder for planned tasks (OpenAI wire format)."""
 
-    def __init__(self, store: SessionStore, outcome: Outcome, rng: random.Random) -> None:
+    def __init__(
+        self, store: SessionStore, outcome: Outcome, rng: random.Random, delay: float
+    ) -> None:
         self._store = store
+        self._delay = delay
         self._outcome = outcome
         self._rng = rng
         self._tasks: dict[str, _Task] = {}
@@ -137,7 +140,7 @@ class Agent:
         messages = request.body.get("messages", [])
         tools = [t["function"]["name"] for t in request.body.get("tools", [])]
         with self._lock:
-            delay = self._rng.uniform(0.05, 1.2)
+            delay = self._rng.uniform(0.05, self._delay)
         if "final_reply" in tools:
             return self._main(messages, delay)
         return self._branch(messages, delay)

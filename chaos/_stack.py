@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import IO
 
+from pydantic import SecretStr
 from temporalio.client import Client
 
 from errands.client import connect
@@ -170,9 +171,9 @@ class Stack:
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=queue,
             ERRANDS_DATABASE_URL=self.database_url,
-            OPENAI_API_KEY=self.openai_key,
+            OPENAI_API_KEY=SecretStr(self.openai_key),
             OPENAI_BASE_URL=self.models.openai_base_url,
-            ANTHROPIC_API_KEY=self.anthropic_key,
+            ANTHROPIC_API_KEY=SecretStr(self.anthropic_key),
             ANTHROPIC_BASE_URL=self.models.anthropic_base_url,
         )
 

@@ -133,6 +133,10 @@ class BranchStepInput(BaseModel):
     subtask_type: str
     last_step: bool
     max_output_tokens: int = 4096
+    open: OpenBranchInput | None = None
+    """Open the branch's thread first (its first step)."""
+    record: RecordBranchInput | None = None
+    """Write the branch's row when this step ends the branch (no tool calls)."""
 
 
 class BranchStepOutput(BaseModel):

@@ -66,6 +66,8 @@ class RoundSettings(BaseModel):
     max_history_events: int = 1500
     """A run continues as new past this many history events (or when Temporal suggests it),
     far inside Temporal's limits (10,240-event warning, 51,200-event termination)."""
+    continue_as_new: bool = True
+    """Off only to compare with a single-run history (tests, benchmarks)."""
     rounds_per_run: int | None = None
     """Continue as new after this many rounds in one run as well; None: only by history size."""
 
@@ -181,6 +183,7 @@ class SubtaskInput(BaseModel):
     model_max_attempts: int = 6
     max_output_tokens: int = 4096
     max_history_events: int = 1500
+    continue_as_new: bool = True
     first_step: int = 0
     """Set by continue-as-new: the step this run starts at (the thread is already open)."""
     usage: dict[str, ModelUsage] = Field(default_factory=dict)

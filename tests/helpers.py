@@ -109,12 +109,17 @@ HISTORIES = __import__("pathlib").Path(__file__).parent / "histories"
 
 
 async def keep_history(client: Client, workflow_id: str, name: str) -> None:
-    """With ERRANDS_RECORD_HISTORIES=1, save this workflow's history for the replay test."""
+    """With ERRANDS_RECORD_HISTORIES set, save this workflow's history for the replay test;
+    a value other than 1 prefixes the file names (e.g. a release: ``r2``), so the histories of
+    earlier releases stay beside the new ones."""
     import json
     import os
 
-    if not os.environ.get("ERRANDS_RECORD_HISTORIES"):
+    release = os.environ.get("ERRANDS_RECORD_HISTORIES")
+    if not release:
         return
+    if release != "1":
+        name = f"{release}-{name}"
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     events = _without_stack_traces(json.loads(history.to_json()))

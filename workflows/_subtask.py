@@ -1,7 +1,7 @@
 """SubtaskWorkflow: one branch of a delegating round, its own step loop ending in plain text.
 
 The branch's conversation is its own thread in the session store (keyed by this workflow's id),
-so nothing but counters crosses this workflow's history.
+so nothing but counters crosses this workflow's history. A long step loop continues as new.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from errands.control import SubtaskDraft
     from errands.workflow_io import SubtaskInput, SubtaskResult
     from workflows._failures import describe
-    from workflows._options import STORE_RETRY, STORE_TIMEOUT, model_retry
+    from workflows._options import STORE_RETRY, model_retry, store_call
+
+ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
+"""Patch: the thread is opened by the first step and the row written by the last, instead of
+two activities of their own. Histories of branches started before it replay the old way."""
 
 
 @workflow.defn(name="SubtaskWorkflow")
@@ -32,10 +36,13 @@ class SubtaskWorkflow:
     @workflow.run
     async def run(self, data: SubtaskInput) -> SubtaskResult:
         thread_id = workflow.info().workflow_id
+        merged = workflow.patched(ONE_ACTIVITY_PER_STEP)
         ledger = UsageLedger()
         ledger.merge("branches", data.usage)
-        if data.first_step == 0:
-            await self._open(data, thread_id)
+        opening = self._opening(data, thread_id) if data.first_step == 0 else None
+        record = self._record(data, thread_id, "completed", None)
+        if opening is not None and not merged:
+            await store_call(ModelActivities.open_branch, opening)
         status, error, steps = "failed", "", data.first_step
         for step in range(data.first_step, data.step_limit):
             if step > data.first_step and _run_is_long(data):
@@ -46,7 +53,6 @@ class SubtaskWorkflow:
                         update={"first_step": step, "usage": ledger.parts.get("branches", {})}
                     )
                 )
-            last = step == data.step_limit - 1
             steps += 1
             try:
                 out = await workflow.execute_activity_method(
@@ -56,8 +62,10 @@ class SubtaskWorkflow:
                         step=step,
                         model=data.model,
                         subtask_type=data.subtask_type,
-                        last_step=last,
+                        last_step=step == data.step_limit - 1,
                         max_output_tokens=data.max_output_tokens,
+                        open=opening if merged and step == data.first_step else None,
+                        record=record if merged else None,
                     ),
                     start_to_close_timeout=timedelta(seconds=data.model_timeout_seconds),
                     retry_policy=model_retry(data.model_max_attempts),
@@ -108,46 +116,50 @@ class SubtaskWorkflow:
             )
         else:
             error = f"ran out of steps ({data.step_limit}) without a final answer"
-        await workflow.execute_activity_method(
-            SessionActivities.record_branch,
-            RecordBranchInput(
-                task_id=data.task_id,
-                session_id=data.session_id,
-                round=data.round,
-                ordinal=data.ordinal,
-                thread_id=thread_id,
-                draft=SubtaskDraft(
-                    type=data.subtask_type,
-                    prompt=data.prompt,
-                    references=data.references,
-                    params=data.params,
-                ),
-                status=status,
-                error=error or None,
-            ),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
-        )
+        if status != "completed" or not merged:
+            # A completed branch's row was written by its last step (after the patch).
+            await store_call(
+                SessionActivities.record_branch,
+                self._record(data, thread_id, status, error or None),
+            )
         usage: dict[str, ModelUsage] = ledger.parts.get("branches", {})
         return SubtaskResult(status=status, error=error or None, steps=steps, usage=usage)  # type: ignore[arg-type]
 
-    async def _open(self, data: SubtaskInput, thread_id: str) -> None:
-        await workflow.execute_activity_method(
-            ModelActivities.open_branch,
-            OpenBranchInput(
-                thread_id=thread_id,
-                task_id=data.task_id,
-                session_id=data.session_id,
-                catalog_upto_seq=data.catalog_upto_seq,
+    @staticmethod
+    def _opening(data: SubtaskInput, thread_id: str) -> OpenBranchInput:
+        return OpenBranchInput(
+            thread_id=thread_id,
+            task_id=data.task_id,
+            session_id=data.session_id,
+            catalog_upto_seq=data.catalog_upto_seq,
+            prompt=data.prompt,
+            references=data.references,
+        )
+
+    @staticmethod
+    def _record(
+        data: SubtaskInput, thread_id: str, status: str, error: str | None
+    ) -> RecordBranchInput:
+        return RecordBranchInput(
+            task_id=data.task_id,
+            session_id=data.session_id,
+            round=data.round,
+            ordinal=data.ordinal,
+            thread_id=thread_id,
+            draft=SubtaskDraft(
+                type=data.subtask_type,
                 prompt=data.prompt,
                 references=data.references,
+                params=data.params,
             ),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
+            status=status,
+            error=error,
         )
 
 
 def _run_is_long(data: SubtaskInput) -> bool:
+    if not data.continue_as_new:
+        return False
     info = workflow.info()
     return (
         info.is_continue_as_new_suggested()

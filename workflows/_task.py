@@ -333,6 +333,8 @@ class TaskWorkflow:
     # -- continue-as-new --------------------------------------------------------------------
 
     def _run_is_long(self) -> bool:
+        if not self.data.settings.continue_as_new:
+            return False
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
@@ -341,7 +343,8 @@ class TaskWorkflow:
 
     async def _continue_as_new_if_due(self) -> None:
         per_run = self.data.settings.rounds_per_run
-        if self._run_is_long() or (per_run is not None and self._rounds_this_run >= per_run):
+        due = per_run is not None and self._rounds_this_run >= per_run
+        if self._run_is_long() or (due and self.data.settings.continue_as_new):
             await self._continue_as_new()
 
     async def _continue_as_new(self) -> None:
@@ -383,6 +386,7 @@ class TaskWorkflow:
                     model=type_info.model or data.model,
                     step_limit=settings.branch_step_limit,
                     max_history_events=settings.max_history_events,
+                    continue_as_new=settings.continue_as_new,
                     model_timeout_seconds=settings.model_timeout_seconds,
                     model_max_attempts=settings.model_max_attempts,
                     max_output_tokens=settings.max_output_tokens,

@@ -1,0 +1,80 @@
+"""Tasks parked on questions survive a worker restart: each resumes when its answer arrives.
+(The idle cost of 200 and 1,000 parked tasks is measured by `make bench`, B6.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+
+from temporalio.client import Client
+
+from errands.devserver import DevServer
+from errands.scripted import ScriptedModelServer
+from errands.workflow_io import TaskStatus
+from tests.conftest import OPENAI_KEY, ROOT
+from tests.helpers import start_task
+from tests.test_ask_user import DATABASE, ask, final
+from tests.test_worker_crash import spawn_worker
+
+PARKED = 30
+
+
+async def test_parked_tasks_resume_after_a_worker_restart(
+    client: Client,
+    dev_server: DevServer,
+    database_url: str,
+    model_server: ScriptedModelServer,
+    scripted: ScriptedModelServer,
+) -> None:
+    queue = f"parked-{uuid.uuid4().hex[:6]}"
+    env = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
+        },
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "ERRANDS_TASK_QUEUE": queue,
+        "ERRANDS_DATABASE_URL": database_url,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "OPENAI_BASE_URL": model_server.openai_base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    scripted.script("gpt-parked", *[ask(DATABASE)] * PARKED, *[final("resumed")] * PARKED)
+    first = spawn_worker(env)
+    handles = [
+        await start_task(client, queue, f"job {i}", model="openai:gpt-parked")
+        for i in range(PARKED)
+    ]
+    pending: dict[str, str] = {}
+    for _ in range(600):
+        for handle in handles:
+            if handle.id not in pending:
+                status = await handle.query("status", result_type=TaskStatus)
+                if status.pending_question:
+                    pending[handle.id] = status.pending_question["id"]
+        if len(pending) == PARKED:
+            break
+        await asyncio.sleep(0.2)
+    assert len(pending) == PARKED
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+
+    second = spawn_worker(env)
+    try:
+        await asyncio.gather(
+            *(
+                h.execute_update(
+                    "answer_question",
+                    {"question_set_id": pending[h.id], "answers": {"q1": ["SQLite"]}},
+                )
+                for h in handles
+            )
+        )
+        results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 180)
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait()
+    assert [r.reply for r in results] == ["resumed"] * PARKED
