@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck install clean
+.PHONY: demo test lint typecheck bench chaos install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash tests/run.sh
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+chaos: $(STAMP)
+	$(BIN)/python -m chaos
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("temporalio.worker._workflow_instance").addFilter(
         lambda record: not record.getMessage().startswith("Failed deserializing signal input")
     )
+    # Likewise every injected provider failure, logged with its traceback as the activity fails.
+    logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
+    logging.getLogger("temporalio.worker._activity").setLevel(logging.ERROR)
     print(f"chaos: seed {seed} ({'short' if args.short else 'full'} run)", flush=True)
     run = asyncio.run(run_suite(seed, short=args.short, only=args.only))
     report = args.report or (None if args.short else ROOT / "docs" / "reliability.md")

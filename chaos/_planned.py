@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 
 from chaos._checks import RowWatcher, audit_rows
 from chaos._report import Outcome
@@ -48,6 +50,23 @@ def round_settings(rng: random.Random) -> RoundSettings:
     return RoundSettings.model_validate(values)
 
 
+async def start(stack: Stack, queue: str, data: TaskInput) -> None:
+    """Start a task, through an outage if need be: a start that landed before the connection
+    dropped is found already started on the next try."""
+    for attempt in range(60):
+        try:
+            await stack.client.start_workflow(
+                "TaskWorkflow", data, id=data.task_id, task_queue=queue
+            )
+            return
+        except WorkflowAlreadyStartedError:
+            return
+        except RPCError:
+            if attempt == 59:
+                raise
+            await asyncio.sleep(1)
+
+
 async def run_planned(
     stack: Stack,
     outcome: Outcome,
@@ -76,8 +95,9 @@ async def run_planned(
             task_id = f"task-{session_id}"
             agent.add(plan, task_id, session_id)
             watcher.watch(session_id, task_id)
-            await stack.client.start_workflow(
-                "TaskWorkflow",
+            await start(
+                stack,
+                queue,
                 TaskInput(
                     task_id=task_id,
                     session_id=session_id,
@@ -85,8 +105,6 @@ async def run_planned(
                     model=f"openai:{model}",
                     settings=settings[plan.tag],
                 ),
-                id=task_id,
-                task_queue=queue,
             )
             try:
                 result = await user.follow(task_id, plan, deadline - time.monotonic())
@@ -119,9 +137,12 @@ async def run_planned(
             left = max(1, expected_calls - agent.calls)
             # At most an even share of what is left, so every strike lands before the end.
             target = agent.calls + rng.randint(1, max(1, left // (size.strikes - n)))
-            while agent.calls < target:
+            while agent.calls < target and not stop.is_set():
                 await asyncio.sleep(0.05)
             await asyncio.sleep(rng.uniform(0, 0.6))
+            if stop.is_set():
+                return
+            # Never cut short: a restart stopped halfway would leave the server down.
             await strike()
             outcome.faults[fault] += 1
 
@@ -131,8 +152,8 @@ async def run_planned(
     try:
         await asyncio.gather(*(one(p) for p in plans))
     finally:
-        striking.cancel()
         stop.set()
+        await striking
         await watching
     outcome.seconds = time.monotonic() - started
     outcome.tasks = len(plans)

@@ -44,7 +44,7 @@ FULL = Scale(
     restart=RESTART_FULL,
     apis=["openai", "anthropic"],
     examples={"answers": 50, "side questions": 40, "control-tool arguments": 50},
-    pure_examples=2000,
+    pure_examples=1000,
 )
 SHORT = Scale(
     kill=KILL_SHORT,

@@ -197,7 +197,7 @@ def _parse_subtask(
     if not isinstance(raw, dict):
         raise fail("must be an object with `type` and `prompt`.")
     key = raw.get("type")
-    if key not in by_key:
+    if not isinstance(key, str) or key not in by_key:
         raise fail(f"unknown type {key!r}; installed types are {sorted(by_key)}.")
     prompt = raw.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():

@@ -104,7 +104,11 @@ async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
     assert answered.code == 0, answered.stderr
     assert answered.json()["answer"] == "The logs are clean."
     assert answered.json()["path"] == "preferred"
-    assert snapshot(store, session_id) == before, "nothing was written"
+    after = snapshot(store, session_id)
+    added = [r["id"] for r in after[0][len(before[0]) :]]
+    # On a loaded machine the held round may finish meanwhile: only its own reply may appear.
+    assert after[0][: len(before[0])] == before[0] and added in ([], [f"task:{handle.id}:reply"])
+    assert after[1] == before[1], "no decision was touched"
 
     result = await handle.result()
     assert result.reply == "All good."

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
 
 NON_RECOVERABLE = [
     "credential",
@@ -38,7 +40,13 @@ def model_retry(max_attempts: int) -> RetryPolicy:
 
 
 async def store_call(method: Any, arg: Any) -> Any:
-    """A session-store activity: short, retried with backoff, never on a model's clock."""
-    return await workflow.execute_activity_method(
-        method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
-    )
+    """A session-store activity: short, retried with backoff, never on a model's clock. A
+    cancellation surfaces as one, so the workflow ends canceled rather than failed."""
+    try:
+        return await workflow.execute_activity_method(
+            method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
+        )
+    except ActivityError as error:
+        if isinstance(error.cause, CancelledError):
+            raise asyncio.CancelledError(str(error)) from error
+        raise

@@ -96,6 +96,10 @@ class RoundDecider:
             if resume is not None:
                 slot.repair, slot.extra = resume.repair, list(resume.extra)
             while slot.repair <= settings.max_repairs:
+                if resume is None and self._state.steps > settings.step_budget:
+                    # One step past the allowance is the most a round may take.
+                    diagnostics.append(f"{slot.name} ({model}): the step budget is spent")
+                    break
                 result = await self._attempt(slot, resume)
                 resume = None
                 if isinstance(result, (ReplyDecision, DelegateDecision)):

@@ -86,14 +86,11 @@ class SubtaskWorkflow:
                     f"{failure.message}"
                 )
                 break
-            if not out.replayed:
-                ledger.charge(
-                    "branches",
-                    out.model,
-                    out.usage,
-                    calls=out.attempt,
-                    failed_calls=out.attempt - 1,
-                )
+            # A replayed step was written by an attempt that died before reporting: its usage
+            # was never charged, so it is charged now, from the stored step.
+            ledger.charge(
+                "branches", out.model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
+            )
             if out.tool_calls == 0:
                 status, error = "completed", ""
                 break

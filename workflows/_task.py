@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import ConsultActivities, SessionActivities
@@ -60,23 +60,22 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name="TaskWorkflow")
 class TaskWorkflow:
-    def __init__(self) -> None:
-        self._input: TaskInput | None = None
-        self.state = TaskState()
+    @workflow.init
+    def __init__(self, data: TaskInput) -> None:
+        # Set before any handler runs: a signal or update may arrive in a run's first task.
+        self.data = data
+        self.state = data.carry or TaskState()
         self._status = "running"
         self._phase = "starting"
         self._reply: str | None = None
         self._error: TaskError | None = None
-        self._pending: QuestionSet | None = None
+        # A question pending when the previous run handed over is answerable at once.
+        resume = self.state.resume
+        self._pending: QuestionSet | None = resume.questions if resume else None
         self._answer: Answer | None = None
         self._side_in_flight = False
         self._rounds_this_run = 0
-        self._search = Publisher(enabled=False)
-
-    @property
-    def data(self) -> TaskInput:
-        assert self._input is not None
-        return self._input
+        self._search = Publisher(enabled=data.search_attributes)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -163,13 +162,6 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, data: TaskInput) -> TaskResult:
-        self._input = data
-        self._search = Publisher(enabled=data.search_attributes)
-        if data.carry is not None:
-            self.state = data.carry
-            if self.state.resume is not None:
-                # Visible to queries and answerable from the first moment of this run.
-                self._pending = self.state.resume.questions
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()
@@ -183,6 +175,9 @@ class TaskWorkflow:
             self._set_state("canceled", "canceled")
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
+            if is_cancelled_exception(error):
+                self._set_state("canceled", "canceled")
+                raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._fail("internal", f"{type(error).__name__}: {error}")
         # A side question in flight is answered before the task closes.
@@ -294,7 +289,10 @@ class TaskWorkflow:
     ) -> Answer | None:
         """Wait for an answer until ``deadline``; None when it passed first. If the run grows
         too long meanwhile (signals, updates), continue as new with the question still pending."""
-        self._pending, self._answer = questions, None
+        if self._pending is None or self._pending.id != questions.id:
+            # A new question. An answer already accepted for this one (say, in the first
+            # moments of a run after a handover) is kept.
+            self._pending, self._answer = questions, None
         self._set_state("waiting_for_user", f"round {slot.round}: waiting for the user")
         try:
             while self._answer is None:
@@ -308,7 +306,12 @@ class TaskWorkflow:
                         timeout_summary="question timeout",
                     )
                 except TimeoutError:
-                    return None
+                    if self._answer is None:
+                        return None
+                    break
+                if self._answer is None:
+                    # Handlers in flight, an answer among them, finish before any handover.
+                    await workflow.wait_condition(workflow.all_handlers_finished)
                 if self._answer is None:
                     self.state.resume = SlotResume(
                         round=slot.round,
