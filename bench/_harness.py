@@ -1,4 +1,4 @@
-"""The stack every benchmark runs on, and the small measuring tools they share.
+"""The stack every benchmark runs on, and how tasks, floors and workers are run on it.
 
 Each benchmark gets its own tuned dev server (a SQLite file in a temporary directory, no UI),
 the scripted model server answering through ``bench._model.responder`` with zero latency, a
@@ -134,16 +134,16 @@ class Stack:
             OPENAI_BASE_URL=self.model.openai_base_url,
             PYTHONPATH=str(ROOT),
         )
-        log = open(self.dir / f"worker-{len(self._children)}.log", "ab")  # noqa: SIM115
-        child = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        # The child keeps its own copy of the log's descriptor; ours can close at once.
+        with open(self.dir / f"worker-{len(self._children)}.log", "ab") as log:
+            child = subprocess.Popen(
+                [sys.executable, str(ROOT / "worker.py")],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self._children.append(child)
         return child
 

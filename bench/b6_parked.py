@@ -4,8 +4,9 @@ For each size, a fresh ``python worker.py`` process serves a fresh task queue. N
 once; each asks the user one question in round 0 and parks (counted through the
 ``ErrandsWaitingForUser`` search attribute). After a short settle, the worker's resident memory
 (VmRSS, sampled every second) and CPU seconds (utime + stime from /proc) are read over an idle
-window. Then every task is answered through the ``answer_question`` update, 100 in flight at a
-time, and the clock runs until the last task has replied.
+window. Then every task is answered through the ``answer_question`` update (25 in flight, each
+sent again under the same update id if its RPC times out), and the clock runs until the last
+task has replied.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError, WorkflowUpdateStage
 
 from bench._harness import Stack, bounded, stack_for, wait_for
 from bench._measure import child_pids, cpu_seconds, rss_mib
@@ -28,6 +29,11 @@ SMOKE = {"sizes": [3], "idle_seconds": 1.0, "settle_seconds": 0.0, "inline": Tru
 
 MODEL = model_name(0, 0, ask=True)
 IN_FLIGHT = 100
+"""Starts and result waits in flight at once."""
+ANSWERS_IN_FLIGHT = 25
+"""Answers in flight at once: enough to keep the worker busy, few enough that each one's RPC
+is not left waiting behind a long queue."""
+ANSWER_ATTEMPTS = 5
 
 
 async def waiting(client: Client, queue: str) -> int:
@@ -81,7 +87,7 @@ async def park_and_resume(
         worker_resume0 = cpu_seconds(pid)
         server_resume0 = sum(cpu_seconds(p) for p in server)
         began = time.perf_counter()
-        await bounded(IN_FLIGHT, (_answer(h) for h in handles))
+        await bounded(ANSWERS_IN_FLIGHT, (_answer(h) for h in handles))
         accepted_s = time.perf_counter() - began
         await bounded(IN_FLIGHT, (stack.result(h) for h in handles))
         resume_s = time.perf_counter() - began
@@ -114,10 +120,21 @@ async def park_and_resume(
 
 
 async def _answer(handle: Any) -> None:
-    await handle.execute_update(
-        "answer_question",
-        {"question_set_id": f"{handle.id}-q1", "answers": {"q1": [ANSWER_LABEL]}},
-    )
+    """Answer through the update and wait until the task has accepted it. While the worker is
+    saturated the update's RPC can time out before the workflow gets to it; sending it again
+    under the same update id is safe (the server deduplicates by id)."""
+    for _ in range(ANSWER_ATTEMPTS):
+        try:
+            await handle.start_update(
+                "answer_question",
+                {"question_set_id": f"{handle.id}-q1", "answers": {"q1": [ANSWER_LABEL]}},
+                id=f"{handle.id}-answer",
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            )
+            return
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            continue
+    raise RuntimeError(f"task {handle.id} never accepted its answer")
 
 
 async def _is(count: Any, wanted: int) -> bool:

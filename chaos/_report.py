@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+GENERATED = {"input", "pure"}
+"""Scenarios whose "faults" are generated inputs rather than injected failures."""
+
 MAX_DETAILS = 40
 """Problems kept in words per scenario; the counts keep going past it."""
 
@@ -115,7 +118,8 @@ def _memory_gib() -> float | None:
 
 def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
     """The reliability note: what was injected, what ran, what was lost, and how to redo it."""
-    faults = sum(sum(o.faults.values()) for o in run.outcomes)
+    generated = sum(sum(o.faults.values()) for o in run.outcomes if o.name in GENERATED)
+    faults = sum(sum(o.faults.values()) for o in run.outcomes) - generated
     tasks = sum(o.tasks for o in run.outcomes)
     scenarios = [o for o in run.outcomes if o.name != "probes"]
     lost = sum(o.lost for o in scenarios)
@@ -137,13 +141,14 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
         f"- Seed: `{run.seed}` (reproduce with `python -m chaos --seed {run.seed}`)",
         f"- Machine: {machine()}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
-        f"- Faults injected: **{faults}**; tasks run: **{tasks}**",
+        f"- Faults injected: **{faults}**; generated bad inputs: **{generated}**; "
+        f"tasks run: **{tasks}**",
         f"- Lost under the injected faults: **{lost}** "
         + ("(nothing)" if not lost else "(see the scenarios below)"),
         f"- Open bugs the targeted probes found: **{probed}** "
         + ("(none)" if not probed else "(described at the end)"),
         "",
-        "| scenario | tasks | faults injected | lost |",
+        "| scenario | tasks | faults injected (or inputs generated) | lost |",
         "|---|---:|---|---:|",
     ]
     for o in run.outcomes:

@@ -13,6 +13,7 @@ import asyncio
 import random
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,8 @@ class Agent:
         self._lock = threading.Lock()
         self.main_calls = 0
         self.branch_calls = 0
+        self.branch_asked: dict[str, list[float]] = {}
+        """When each branch thread's model call was received, attempt by attempt."""
 
     @property
     def calls(self) -> int:
@@ -192,6 +195,7 @@ class Agent:
         self.branch_calls += 1
         round_, part = int(found.group(2)), int(found.group(3))
         thread = ids.child_workflow_id(task.task_id, round_, part)
+        self.branch_asked.setdefault(thread, []).append(time.time())
         if self._store.get(ids.thread_step_id(thread, 0)) is not None:
             self._settled(f"{thread}: its step was asked again after it was stored")
         return Reply(text=task.plan.branch_text(round_, part), delay=delay)

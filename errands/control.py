@@ -239,6 +239,10 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
             f"{call.name}: the arguments are not valid JSON ({error.msg} at position "
             f"{error.pos}). Send a JSON object."
         ) from None
+    except RecursionError:
+        raise ControlCallError(
+            f"{call.name}: the arguments are nested too deeply to read. Send a flat JSON object."
+        ) from None
     if not isinstance(args, dict):
         raise ControlCallError(f"{call.name}: the arguments must be a JSON object.")
     return args

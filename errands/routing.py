@@ -54,7 +54,9 @@ class ModelRouter:
         except ApplicationError:
             raise
         except Exception as error:  # noqa: BLE001 - the one place that decides retry posture
-            raise classify_provider_error(error, route.provider.name) from error
+            # `from None`: Temporal serialises an error's cause chain into history, and a
+            # provider's raw message may echo the key. The classified error is redacted.
+            raise classify_provider_error(error, route.provider.name) from None
 
     async def aclose(self) -> None:
         """Close the SDK clients' connections and stop the demo server, if one was started."""

@@ -3,8 +3,8 @@ their own dev server (a SQLite file, so it can be restarted), with ``python work
 to kill. Each test asserts that nothing was lost; a failure names the seed that replays it
 (``ERRANDS_CHAOS_SEED=N``).
 
-The probes of known bugs are strict xfails: each turns into a failure once its bug is fixed, so
-the marker is removed with the fix. ``docs/reliability.md`` describes them.
+The probes of the bugs this suite found (``docs/reliability.md`` describes them) now run as
+plain tests: each pins its fix.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ async def test_no_history_holds_a_provider_key_and_every_history_replays(stack: 
     assert outcome.facts["histories replayed"] > 0 or not stack.queues
 
 
-KNOWN_BUGS = [
+FIXED_BUGS = [
     "a 401 whose message echoes the key",
     "rejected control calls over 1 MB, twice",
     "deeply nested control-call arguments",
@@ -78,7 +78,6 @@ KNOWN_BUGS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="known bugs: see docs/reliability.md")
-@pytest.mark.parametrize("probe", KNOWN_BUGS)
-async def test_probe(stack: Stack, probe: str) -> None:
+@pytest.mark.parametrize("probe", FIXED_BUGS)
+async def test_probe_of_a_fixed_bug_holds(stack: Stack, probe: str) -> None:
     nothing_lost(await probes(stack, [probe]))

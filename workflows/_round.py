@@ -8,6 +8,7 @@ session.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -354,14 +355,22 @@ def _append_exchange(slot: Slot, call: ToolCall, tool: str, result: str) -> None
     slot.extra.append(Message(role="tool", tool_call_id=call_id, tool_name=tool, text=result))
 
 
+REJECTED_ARGUMENTS_MAX = 16_000
+"""A rejected call is shown back to the model at most this long: the slot's messages travel in
+the next activity input, and a few huge rejected calls must not outgrow Temporal's payload cap."""
+
+
 def _repair_exchange(call_id: str, rejection: Rejection) -> list[Message]:
     """The rejected call and its error, as a real tool exchange the model knows how to read."""
+    arguments = rejection.call.arguments
+    if len(arguments) > REJECTED_ARGUMENTS_MAX:
+        arguments = json.dumps(
+            {"omitted": f"{len(arguments)} characters of arguments, too long to repeat here"}
+        )
     return [
         Message(
             role="assistant",
-            tool_calls=[
-                ToolCall(id=call_id, name=rejection.call.name, arguments=rejection.call.arguments)
-            ],
+            tool_calls=[ToolCall(id=call_id, name=rejection.call.name, arguments=arguments)],
         ),
         Message(
             role="tool",

@@ -96,13 +96,13 @@ class TaskWorkflow:
     # -- answers: an update that validates, a signal that records what it cannot use ----------
 
     @workflow.update(name="answer_question")
-    def answer_question(self, payload: dict[str, Any]) -> AnswerReceipt:
+    def answer_question(self, payload: Any) -> AnswerReceipt:
         assert self._pending is not None  # guaranteed by the validator
         self._answer = clean_answer(self._pending, payload)
         return AnswerReceipt(question_set_id=self._pending.id, status=self._answer.status)
 
     @answer_question.validator
-    def _validate_answer(self, payload: dict[str, Any]) -> None:
+    def _validate_answer(self, payload: Any) -> None:
         if self._pending is None or self._answer is not None:
             raise AnswerError(
                 f"task {self.data.task_id} has no question waiting for an answer "
@@ -111,7 +111,8 @@ class TaskWorkflow:
         validate_answer(self._pending, payload)
 
     @workflow.signal(name="submit_answer")
-    def submit_answer(self, payload: dict[str, Any]) -> None:
+    def submit_answer(self, payload: Any) -> None:
+        # Typed Any: a payload that is not even an object is still received and recorded.
         try:
             self._validate_answer(payload)
         except (AnswerError, ValueError) as error:
