@@ -136,6 +136,11 @@ def render(results: dict[str, Any], modules: dict[str, ModuleType]) -> str:
             "",
             module.markdown(entry["result"]),
         ]
+        if entry.get("earlier"):
+            lines += ["", "Earlier runs (load average before each):", ""]
+            lines += [
+                f"- {e['date']} (load {_load(e['load'])}): {e['result']}" for e in entry["earlier"]
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,8 @@ import asyncio
 import random
 from collections import Counter
 
+from temporalio.api.enums.v1 import PendingActivityState, PendingWorkflowTaskState
+
 from chaos._planned import Size, run_planned
 from chaos._report import Outcome
 from chaos._roleplay import make_plan
@@ -55,16 +57,20 @@ async def worker_kills(stack: Stack, rng: random.Random, size: Size) -> Outcome:
 
 
 async def cut_off(stack: Stack, queue: str, outcome: Outcome) -> None:
-    """Count what the kill cut off: activities started and never reported, and the tasks
-    parked on a question at that moment (the server still shows them as they were)."""
-    seen = outcome.facts.setdefault("in flight when the worker was killed", Counter())
+    """Count what the kill cut off: the activities and workflow tasks the dead worker had
+    started and never reported (the server still shows them as started)."""
+    seen = outcome.facts.setdefault("started and cut off by a kill", Counter())
     query = f"TaskQueue = '{queue}' AND ExecutionStatus = 'Running'"
     async for execution in stack.client.list_workflows(query):
         handle = stack.client.get_workflow_handle(execution.id, run_id=execution.run_id)
         raw = (await handle.describe()).raw_description
         for activity in raw.pending_activities:
-            seen[f"{activity.activity_type.name} activity"] += 1
-        if raw.pending_workflow_task.state:
+            if activity.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                seen[f"{activity.activity_type.name} activity"] += 1
+        if (
+            raw.pending_workflow_task.state
+            == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+        ):
             seen["workflow task"] += 1
 
 

@@ -221,14 +221,20 @@ async def provider_faults(stack: Stack, apis: list[str]) -> Outcome:
     started = time.monotonic()
     async with stack.worker(queue):
         runs = [run_case(stack, queue, api, case, outcome) for api in apis for case in cases(api)]
-        await asyncio.gather(*runs)
+        verdicts = await asyncio.gather(*runs)
     outcome.seconds = time.monotonic() - started
     outcome.facts["cases"] = len(runs)
     outcome.facts["APIs"] = ", ".join(apis)
+    for label, ok in verdicts:
+        if not ok or label not in outcome.facts:
+            outcome.facts[label] = "as specified" if ok else "NOT as specified"
     return outcome
 
 
-async def run_case(stack: Stack, queue: str, api: str, case: Case, outcome: Outcome) -> None:
+async def run_case(
+    stack: Stack, queue: str, api: str, case: Case, outcome: Outcome
+) -> tuple[str, bool]:
+    """Run one case on one API; (what it injects and what must follow, whether it did)."""
     name = f"chaos-{case.key}-{api}"
     primary = Script(case.main, case.branch)
     fallback = Script(case.fallback or [])
@@ -255,12 +261,12 @@ async def run_case(stack: Stack, queue: str, api: str, case: Case, outcome: Outc
         result = await asyncio.wait_for(handle.result(), 120)
     except TimeoutError:
         outcome.lose("stuck tasks", f"{case.fault} ({api}): no result within 120 s")
-        return
+        return f"{case.fault} → {case.expect}", False
     events = [e async for e in handle.fetch_history_events()]
     problem = judge(case, Run(result, primary, fallback, events))
     if problem:
         outcome.lose("tasks not ended as expected", f"{case.fault} ({api}): {problem}")
-    outcome.facts[f"{case.fault} → {case.expect}"] = "as specified" if not problem else "NOT"
+    return f"{case.fault} → {case.expect}", problem is None
 
 
 def judge(case: Case, run: Run) -> str | None:

@@ -1,9 +1,6 @@
-"""Targeted probes: inputs the generators do not reach, each aimed at one suspected weak spot.
-
-A probe states what SPEC or DESIGN requires and counts a loss when the system does otherwise, so
-a fixed bug turns its probe green (and ``tests/test_chaos_short.py`` marks the open ones xfail,
-strictly, so a fix is noticed).
-"""
+"""Targeted probes: inputs the generators do not reach, each aimed at one weak spot the suite
+found. A probe states what SPEC or DESIGN requires and counts a loss when the system does
+otherwise; ``tests/test_chaos_short.py`` runs every probe, so a fixed bug stays fixed."""
 
 from __future__ import annotations
 

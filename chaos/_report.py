@@ -175,7 +175,15 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
         if o.problems:
             lines += ["", "Problems:", ""] + [f"- {p}" for p in o.problems]
     if findings:
-        lines += ["", "## Bugs the suite found", ""] + findings
+        lines += [
+            "",
+            "## Bugs the suite found",
+            "",
+            "Each was found by a scenario above or by hypothesis, then given a probe that aims at "
+            "it directly; `tests/test_chaos_short.py` runs every probe in CI.",
+            "",
+            *findings,
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -87,7 +87,7 @@ async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
         ]
     )
     script = Script(
-        main=[delegate, Reply(calls=[Call("final_reply", {"text": "All good."})], delay=10)],
+        main=[delegate, Reply(calls=[Call("final_reply", {"text": "All good."})], delay=25)],
         side=[
             Reply(calls=[Call("final_reply", {"text": "sneaky"})]),
             Reply(text="The logs are clean."),
