@@ -7,6 +7,8 @@ for a cluster). A task started with ``search_attributes=False`` never touches th
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
@@ -32,8 +34,9 @@ def initial(session_id: str) -> TypedSearchAttributes:
 class Publisher:
     """Upserts only what changed: one small history event per change, none per query."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, session_id: str = "") -> None:
         self._enabled = enabled
+        self._session_id = session_id
         self._last: dict[str, object] = {}
 
     def publish(self, *, state: str, round_: int, cost: float | None = None) -> None:
@@ -46,11 +49,14 @@ class Publisher:
         }
         if cost is not None:
             wanted[COST.name] = cost
+        if self._session_id:
+            # Also set here for tasks a frontend started without the initial attributes.
+            wanted[SESSION.name] = self._session_id
         changed = {k: v for k, v in wanted.items() if self._last.get(k) != v}
         if not changed:
             return
-        keys = {STATE.name: STATE, WAITING.name: WAITING, ROUND.name: ROUND, COST.name: COST}
+        keys: dict[str, Any] = {k.name: k for k in (STATE, WAITING, ROUND, COST, SESSION)}
         workflow.upsert_search_attributes(
-            [keys[name].value_set(value) for name, value in changed.items()]  # type: ignore[attr-defined]
+            [keys[name].value_set(value) for name, value in changed.items()]
         )
         self._last.update(changed)

@@ -75,7 +75,7 @@ class TaskWorkflow:
         self._answer: Answer | None = None
         self._side_in_flight = False
         self._rounds_this_run = 0
-        self._search = Publisher(enabled=data.search_attributes)
+        self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
 
     # -- queries ---------------------------------------------------------------------------
 
