@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy errands workflows activities worker.py
+	$(BIN)/mypy errands workflows activities worker.py chaos
 
 clean:
 	rm -rf $(VENV) .errands .pytest_cache

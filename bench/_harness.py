@@ -47,8 +47,9 @@ TASK_TIMEOUT = 600.0
 class Stack:
     """Dev server + scripted model server + session store for one benchmark."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, task_timeout: float = TASK_TIMEOUT) -> None:
         self.name = name
+        self.task_timeout = task_timeout
         self._tmp = tempfile.TemporaryDirectory(prefix=f"errands-bench-{name}-")
         self.dir = Path(self._tmp.name)
         self.server = DevServer(
@@ -184,10 +185,9 @@ class Stack:
         await self.result(handle)
         return time.perf_counter() - began, handle.id
 
-    async def result(
-        self, handle: WorkflowHandle[Any, TaskResult], timeout: float = TASK_TIMEOUT
-    ) -> TaskResult:
+    async def result(self, handle: WorkflowHandle[Any, TaskResult]) -> TaskResult:
         """A task's result, which must be a reply; a task that fails or hangs stops the run."""
+        timeout = self.task_timeout
         try:
             result = await asyncio.wait_for(handle.result(), timeout)
         except TimeoutError:

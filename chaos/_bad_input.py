@@ -16,7 +16,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    RPCTimeoutOrCancelledError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 
 from chaos import _strategies as gen
 from chaos._inputs import InputModel, Violation, failures_of, parked_task, processed, run_control
@@ -93,6 +97,8 @@ class BadInput:
                 accepted = True
             except WorkflowUpdateFailedError:
                 accepted = False
+            except (TimeoutError, RPCTimeoutOrCancelledError):
+                raise Violation("stuck tasks", f"answer {payload!r}: no verdict in 30 s") from None
             if accepted != valid:
                 verdict = "accepted" if accepted else "rejected"
                 raise Violation(
@@ -157,7 +163,7 @@ class BadInput:
             answer = await asyncio.wait_for(handle.execute_update("ask_side_question", payload), 90)
         except WorkflowUpdateFailedError:
             return False
-        except TimeoutError:
+        except (TimeoutError, RPCTimeoutOrCancelledError):
             raise Violation(
                 "stuck tasks", f"side question {payload!r}: no answer in 90 s"
             ) from None

@@ -19,6 +19,7 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    RPCTimeoutOrCancelledError,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -227,7 +228,7 @@ class User:
                 if pending and pending["id"] not in answered:
                     if await self._answer(handle, pending, plan):
                         answered.add(pending["id"])
-            except (RPCError, TimeoutError):
+            except (RPCError, RPCTimeoutOrCancelledError, TimeoutError):
                 pass  # the server or the worker is down: look again in a moment
             await asyncio.sleep(0.25)
         return None
@@ -253,7 +254,8 @@ class User:
                 "answers lost", f"{handle.id}: a valid answer was rejected: {error.cause}"
             )
             return True
-        except (RPCError, TimeoutError):
+        except (RPCError, RPCTimeoutOrCancelledError, TimeoutError):
+            # The worker died or the server went away mid-update: ask again next time round.
             self.answer_retries += 1
             return False
         self.answers += 1

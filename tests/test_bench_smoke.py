@@ -18,7 +18,8 @@ from bench._harness import Stack
 
 @pytest.fixture(scope="module")
 async def stack() -> AsyncIterator[Stack]:
-    async with Stack("smoke") as shared:
+    # A task that hangs (a workflow task failing over and over) fails the test in a minute.
+    async with Stack("smoke", task_timeout=60) as shared:
         yield shared
 
 
