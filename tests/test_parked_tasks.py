@@ -13,10 +13,9 @@ from temporalio.client import Client
 from errands.devserver import DevServer
 from errands.scripted import ScriptedModelServer
 from errands.workflow_io import TaskStatus
-from tests.conftest import OPENAI_KEY, ROOT
 from tests.helpers import start_task
 from tests.test_ask_user import DATABASE, ask, final
-from tests.test_worker_crash import spawn_worker
+from tests.test_worker_crash import spawn_worker, worker_env
 
 PARKED = 30
 
@@ -29,19 +28,7 @@ async def test_parked_tasks_resume_after_a_worker_restart(
     scripted: ScriptedModelServer,
 ) -> None:
     queue = f"parked-{uuid.uuid4().hex[:6]}"
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
-        },
-        "TEMPORAL_ADDRESS": dev_server.address,
-        "ERRANDS_TASK_QUEUE": queue,
-        "ERRANDS_DATABASE_URL": database_url,
-        "OPENAI_API_KEY": OPENAI_KEY,
-        "OPENAI_BASE_URL": model_server.openai_base_url,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = worker_env(dev_server, queue, database_url, model_server)
     scripted.script("gpt-parked", *[ask(DATABASE)] * PARKED, *[final("resumed")] * PARKED)
     first = spawn_worker(env)
     handles = [

@@ -14,10 +14,9 @@ from temporalio.client import Client
 from errands.devserver import DevServer
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.store import open_store
-from tests.conftest import OPENAI_KEY, ROOT
 from tests.helpers import start_task
 from tests.test_store import pg_admin, pg_url_in
-from tests.test_worker_crash import spawn_worker
+from tests.test_worker_crash import spawn_worker, worker_env
 
 TASKS = 50
 
@@ -40,19 +39,7 @@ async def test_two_workers_on_postgres_complete_50_tasks_exactly_once(
         admin.execute(f'CREATE SCHEMA "{schema}"')
     url = pg_url_in(schema)
     queue = f"pg-{uuid.uuid4().hex[:6]}"
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
-        },
-        "TEMPORAL_ADDRESS": dev_server.address,
-        "ERRANDS_TASK_QUEUE": queue,
-        "ERRANDS_DATABASE_URL": url,
-        "OPENAI_API_KEY": OPENAI_KEY,
-        "OPENAI_BASE_URL": model_server.openai_base_url,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = worker_env(dev_server, queue, url, model_server)
     model_server.responder = two_branches_then_reply
     workers = [spawn_worker(env), spawn_worker(env)]
     store = open_store(url)

@@ -20,6 +20,22 @@ from tests.conftest import OPENAI_KEY, ROOT
 from tests.helpers import Conversation, start_task
 
 
+def worker_env(
+    dev_server: DevServer, queue: str, database_url: str, model_server: ScriptedModelServer
+) -> dict[str, str]:
+    """The environment of a `python worker.py` process for the test stack, and nothing else."""
+    inherited = ("OPENAI_", "ANTHROPIC_", "ERRANDS_")
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(inherited)},
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "ERRANDS_TASK_QUEUE": queue,
+        "ERRANDS_DATABASE_URL": database_url,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "OPENAI_BASE_URL": model_server.openai_base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+
+
 def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "worker.py"],
@@ -40,19 +56,7 @@ async def test_kill_9_of_the_worker_while_branches_run(
     scripted: ScriptedModelServer,
 ) -> None:
     queue = f"crash-{uuid.uuid4().hex[:6]}"
-    env = {
-        **{
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OPENAI_", "ANTHROPIC_", "ERRANDS_"))
-        },
-        "TEMPORAL_ADDRESS": dev_server.address,
-        "ERRANDS_TASK_QUEUE": queue,
-        "ERRANDS_DATABASE_URL": database_url,
-        "OPENAI_API_KEY": OPENAI_KEY,
-        "OPENAI_BASE_URL": model_server.openai_base_url,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = worker_env(dev_server, queue, database_url, model_server)
 
     def branch(request: RecordedRequest) -> Reply:
         return Reply(text="branch finished", delay=1.5)
