@@ -50,3 +50,15 @@ async def store_call(method: Any, arg: Any) -> Any:
         if isinstance(error.cause, CancelledError):
             raise asyncio.CancelledError(str(error)) from error
         raise
+
+
+def run_is_long(*, continue_as_new: bool, max_history_events: int) -> bool:
+    """Whether this run should hand over to a fresh one: Temporal suggests it, or the history
+    passed our own, far smaller, bound. Read from workflow info, so replay sees the same."""
+    if not continue_as_new:
+        return False
+    info = workflow.info()
+    return (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_length() >= max_history_events
+    )

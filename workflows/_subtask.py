@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.control import SubtaskDraft
     from errands.workflow_io import SubtaskInput, SubtaskResult
     from workflows._failures import describe
-    from workflows._options import STORE_RETRY, model_retry, store_call
+    from workflows._options import STORE_RETRY, model_retry, run_is_long, store_call
 
 ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
 """Patch: the thread is opened by the first step and the row written by the last, instead of
@@ -45,7 +45,9 @@ class SubtaskWorkflow:
             await store_call(ModelActivities.open_branch, opening)
         status, error, steps = "failed", "", data.first_step
         for step in range(data.first_step, data.step_limit):
-            if step > data.first_step and _run_is_long(data):
+            if step > data.first_step and run_is_long(
+                continue_as_new=data.continue_as_new, max_history_events=data.max_history_events
+            ):
                 # A long step loop hands over to a fresh run; its thread is already in the store.
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
@@ -152,13 +154,3 @@ class SubtaskWorkflow:
             status=status,
             error=error,
         )
-
-
-def _run_is_long(data: SubtaskInput) -> bool:
-    if not data.continue_as_new:
-        return False
-    info = workflow.info()
-    return (
-        info.is_continue_as_new_suggested()
-        or info.get_current_history_length() >= data.max_history_events
-    )

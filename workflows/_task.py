@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         TaskStatus,
     )
     from workflows._failures import Failure, describe
-    from workflows._options import model_retry, store_call
+    from workflows._options import model_retry, run_is_long, store_call
     from workflows._round import RoundDecider, Slot
     from workflows._search import Publisher
     from workflows._subtask import SubtaskWorkflow
@@ -337,12 +337,10 @@ class TaskWorkflow:
     # -- continue-as-new --------------------------------------------------------------------
 
     def _run_is_long(self) -> bool:
-        if not self.data.settings.continue_as_new:
-            return False
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self.data.settings.max_history_events
+        settings = self.data.settings
+        return run_is_long(
+            continue_as_new=settings.continue_as_new,
+            max_history_events=settings.max_history_events,
         )
 
     async def _continue_as_new_if_due(self) -> None:
