@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: demo test lint typecheck bench chaos install clean
 
@@ -12,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -20,7 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash tests/run.sh
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 chaos: $(STAMP)
@@ -30,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy errands workflows activities worker.py chaos
+	$(BIN)/mypy errands workflows activities worker.py chaos bench
 
 clean:
 	rm -rf $(VENV) .errands .pytest_cache

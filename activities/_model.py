@@ -16,13 +16,14 @@ from errands.activity_io import (
     BranchStepInput,
     BranchStepOutput,
     OpenBranchInput,
+    RecordBranchInput,
     RoundStepInput,
     RoundStepOutput,
     RunToolInput,
     RunToolOutput,
 )
 from errands.catalog import referenced_messages, render_session
-from errands.contracts import Message, ModelRequest, NewMessage, ToolCall
+from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 from errands.routing import ModelRouter
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
@@ -56,20 +57,14 @@ class ModelActivities:
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         """One model step of a branch. Its first step opens the thread and the step that ends
-        the branch writes its row, so a one-step branch costs a single activity."""
-        if data.open is not None:
-            await asyncio.to_thread(open_thread, self._store, data.open)
-        out = await self._branch_step(data)
-        if out.tool_calls == 0 and data.record is not None:
-            await asyncio.to_thread(write_branch_row, self._store, data.record)
-        return out
-
-    async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
-        step_id = ids.thread_step_id(data.thread_id, data.step)
-        stored = await asyncio.to_thread(self._store.get, step_id)
+        the branch writes its row, so a one-step branch costs a single activity. The store is
+        visited twice: once to read the thread before the call, once to write after it."""
+        stored, messages = await asyncio.to_thread(self._read_thread, data)
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
             calls = stored.meta.get("tool_calls", [])
+            if not calls and data.record is not None:
+                await asyncio.to_thread(write_branch_row, self._store, data.record)
             return BranchStepOutput(
                 tool_calls=len(calls),
                 text_chars=len(stored.text),
@@ -78,8 +73,6 @@ class ModelActivities:
                 replayed=True,
             )
         subtask_type = self._types[data.subtask_type]
-        rows = await asyncio.to_thread(self._store.list_session, data.thread_id)
-        messages = thread_messages(rows)
         if data.last_step:
             messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
         request = ModelRequest(
@@ -90,22 +83,21 @@ class ModelActivities:
             max_output_tokens=data.max_output_tokens,
         )
         response = await self._router.complete(data.model, request, timeout=model_timeout())
-        # Only tools this type offers may run; anything else is answered as an error result.
-        await asyncio.to_thread(
-            self._store.append_once,
-            NewMessage(
-                id=step_id,
-                session_id=data.thread_id,
-                role="assistant",
-                kind="step",
-                text=response.text,
-                meta={
-                    "tool_calls": [c.model_dump() for c in response.tool_calls],
-                    "usage": response.usage.model_dump(),
-                    "model": data.model,
-                },
-            ),
+        step = NewMessage(
+            id=ids.thread_step_id(data.thread_id, data.step),
+            session_id=data.thread_id,
+            role="assistant",
+            kind="step",
+            text=response.text,
+            meta={
+                # Only tools this type offers may run; anything else is answered as an error.
+                "tool_calls": [c.model_dump() for c in response.tool_calls],
+                "usage": response.usage.model_dump(),
+                "model": data.model,
+            },
         )
+        record = data.record if not response.tool_calls else None
+        await asyncio.to_thread(self._write_step, step, record)
         return BranchStepOutput(
             tool_calls=len(response.tool_calls),
             text_chars=len(response.text),
@@ -113,6 +105,21 @@ class ModelActivities:
             model=data.model,
             attempt=activity.info().attempt,
         )
+
+    def _read_thread(self, data: BranchStepInput) -> tuple[StoredMessage | None, list[Message]]:
+        """The step already stored by an earlier attempt, or the thread's messages so far
+        (opening the thread first on a branch's first step)."""
+        if data.open is not None:
+            open_thread(self._store, data.open)
+        stored = self._store.get(ids.thread_step_id(data.thread_id, data.step))
+        if stored is not None:
+            return stored, []
+        return None, thread_messages(self._store.list_session(data.thread_id))
+
+    def _write_step(self, step: NewMessage, record: RecordBranchInput | None) -> None:
+        self._store.append_once(step)
+        if record is not None:
+            write_branch_row(self._store, record)
 
     @activity.defn(name="run_branch_tool")
     async def run_branch_tool(self, data: RunToolInput) -> RunToolOutput:

@@ -2,6 +2,8 @@
 
 It does the hops errands does (sequential activities, children started together, sequential
 activities again) and nothing else, so the difference to an errands task is what errands adds.
+Local activities (errands runs its session-store calls that way) are optional: the floor the
+issue names has only the model-call activities and the children.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ _TIMEOUT = timedelta(seconds=30)
 @dataclass
 class FloorPlan:
     before: int
-    """Sequential activities before the children start (errands: open, prepare, model, ack)."""
+    """Sequential activities before the children start (errands: the round's model call)."""
     children: int
     child_activities: int
-    """Sequential activities in each child (errands: open branch, model step, record)."""
+    """Sequential activities in each child (errands: the branch's model step)."""
     after: int
-    """Sequential activities after the children complete (errands: prepare, model, reply)."""
+    """Sequential activities after the children complete (errands: the next model call)."""
+    local_before: int = 0
+    """Local activities run before the children start (errands: open, prepare, acknowledge)."""
+    local_after: int = 0
+    """Local activities run after the children complete (errands: prepare, reply)."""
 
 
 @activity.defn(name="floor_noop")
@@ -44,7 +50,7 @@ class FloorChild:
 class FloorTask:
     @workflow.run
     async def run(self, plan: FloorPlan) -> int:
-        hops = 0
+        hops = await _local_noops(plan.local_before)
         for step in range(plan.before):
             hops += await workflow.execute_activity(
                 floor_noop, step, start_to_close_timeout=_TIMEOUT
@@ -58,8 +64,15 @@ class FloorTask:
                 for k in range(1, plan.children + 1)
             )
         )
+        hops += await _local_noops(plan.local_after)
         for step in range(plan.after):
             hops += await workflow.execute_activity(
                 floor_noop, step, start_to_close_timeout=_TIMEOUT
             )
         return hops + sum(done)
+
+
+async def _local_noops(count: int) -> int:
+    for step in range(count):
+        await workflow.execute_local_activity(floor_noop, step, start_to_close_timeout=_TIMEOUT)
+    return count

@@ -8,6 +8,7 @@ SQLite session store, and workers either in this process or as ``python worker.p
 from __future__ import annotations
 
 import asyncio
+import compileall
 import os
 import subprocess
 import sys
@@ -108,6 +109,9 @@ class Stack:
     async def floor_worker(self) -> str:
         """A worker for the hand-written floor workflows; returns its task queue."""
         queue = f"floor-{uuid.uuid4().hex[:8]}"
+        # As the errands worker does for its own: the sandbox imports the floor's module afresh
+        # for every run, and must not compile it from source each time.
+        compileall.compile_dir(ROOT / "bench", maxlevels=0, quiet=2)
         worker = Worker(
             self.client,
             task_queue=queue,

@@ -70,6 +70,20 @@ def activity_types(events: list[Any]) -> list[str]:
     ]
 
 
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""The marker a local activity's result is recorded under."""
+
+
+def local_activity_count(events: list[Any]) -> int:
+    recorded = EventType.EVENT_TYPE_MARKER_RECORDED
+    return sum(
+        1
+        for e in events
+        if e.event_type == recorded
+        and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER
+    )
+
+
 def activity_durations(events: list[Any]) -> dict[str, list[float]]:
     """Seconds from started to completed of each activity, by activity type."""
     names: dict[int, str] = {}

@@ -159,7 +159,7 @@ async def run(
             except ImportError as error:
                 missing = (
                     f"the peer was not run: {error.name} is not installed "
-                    "(pip install temporalio-openai-agents)"
+                    "(`make bench` installs it: pip install -e '.[bench]')"
                 )
     result: dict[str, Any] = {
         "shape": "round 0 delegates 3 branches, round 1 replies; peer: main agent, 3 sub-agent "

@@ -19,7 +19,9 @@ from errands.store import SessionStore
 from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 from tests.conftest import run_cli
 from tests.helpers import (
+    ACTIVITY_SCHEDULED,
     CHILD_INITIATED,
+    MARKER_RECORDED,
     Conversation,
     events_of,
     history_bytes,
@@ -299,6 +301,38 @@ async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_compl
     assert "invalid_request" in results[1]["output"] and "context too long" in results[1]["output"]
     assert "permanent" in results[1]["output"]
     await keep_history(client, handle.id, "failing_branch")
+
+
+async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_local_activities(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    Conversation(
+        [delegate(general("one", 1), general("two", 1)), final("done")],
+        lambda r: Reply(text="fine"),
+        branches=2,
+    ).install(scripted, "gpt-main")
+    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    assert (await handle.result()).reply == "done"
+
+    events = await history_events(handle)
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events_of(events, ACTIVITY_SCHEDULED)
+    ]
+    assert scheduled == ["round_step", "round_step"]
+    # open_task, prepare_round, append_ack, prepare_round, append_reply: each a local activity,
+    # recorded as a marker in the workflow task that ran it.
+    local = [
+        e
+        for e in events_of(events, MARKER_RECORDED)
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert len(local) == 5
+    branch = await history_events(client.get_workflow_handle(f"{handle.id}/r0/b1"))
+    assert [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events_of(branch, ACTIVITY_SCHEDULED)
+    ] == ["branch_step"]
 
 
 async def test_a_branch_runs_its_types_work_tools(

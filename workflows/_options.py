@@ -39,10 +39,19 @@ def model_retry(max_attempts: int) -> RetryPolicy:
     )
 
 
+STORE_CALLS_LOCAL = "store-calls-as-local-activities"
+"""Patch: session-store calls run as local activities, inside the workflow task that needs them,
+instead of a round trip through the server each. Runs started before it replay the old way."""
+
+
 async def store_call(method: Any, arg: Any) -> Any:
     """A session-store activity: short, retried with backoff, never on a model's clock. A
     cancellation surfaces as one, so the workflow ends canceled rather than failed."""
     try:
+        if workflow.patched(STORE_CALLS_LOCAL):
+            return await workflow.execute_local_activity_method(
+                method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
+            )
         return await workflow.execute_activity_method(
             method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
         )
