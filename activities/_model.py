@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._requests import round_request
-from activities._session import write_branch_row
+from activities._threads import open_threads, thread_messages, write_branch_row
 from errands import ids, prompts
 from errands.activity_io import (
     BranchStepInput,
@@ -22,7 +22,6 @@ from errands.activity_io import (
     RunToolInput,
     RunToolOutput,
 )
-from errands.catalog import referenced_messages, render_session
 from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 from errands.routing import ModelRouter
 from errands.store import SessionStore
@@ -52,7 +51,7 @@ class ModelActivities:
     @activity.defn(name="open_branch")
     async def open_branch(self, data: OpenBranchInput) -> None:
         """Start a branch's own thread: its instructions and the messages it cites, verbatim."""
-        await asyncio.to_thread(open_thread, self._store, data)
+        await asyncio.to_thread(open_threads, self._store, [data])
 
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
@@ -110,7 +109,8 @@ class ModelActivities:
         """The step already stored by an earlier attempt, or the thread's messages so far
         (opening the thread first on a branch's first step)."""
         if data.open is not None:
-            open_thread(self._store, data.open)
+            # Usually opened already, with the round's acknowledgement.
+            open_threads(self._store, [data.open])
         stored = self._store.get(ids.thread_step_id(data.thread_id, data.step))
         if stored is not None:
             return stored, []
@@ -119,7 +119,7 @@ class ModelActivities:
     def _write_step(self, step: NewMessage, record: RecordBranchInput | None) -> None:
         self._store.append_once(step)
         if record is not None:
-            write_branch_row(self._store, record)
+            write_branch_row(self._store, record, last_step=step.text)
 
     @activity.defn(name="run_branch_tool")
     async def run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
@@ -168,52 +168,9 @@ class ModelActivities:
             return f"{call.name} failed: {type(error).__name__}: {error}", True
 
 
-def thread_messages(rows: list) -> list[Message]:  # type: ignore[type-arg]
-    """A branch thread's rows as model messages."""
-    out: list[Message] = []
-    for row in rows:
-        if row.kind == "step":
-            out.append(
-                Message(
-                    role="assistant",
-                    text=row.text,
-                    tool_calls=[ToolCall(**c) for c in row.meta.get("tool_calls", [])],
-                )
-            )
-        elif row.kind == "tool_result":
-            out.append(
-                Message(
-                    role="tool",
-                    text=row.text,
-                    tool_call_id=row.meta.get("tool_call_id"),
-                    tool_name=row.meta.get("tool_name"),
-                    is_error=bool(row.meta.get("is_error")),
-                )
-            )
-        else:
-            out.append(Message(role=row.role, text=row.text))
-    return out
-
-
 def model_timeout() -> float:
     """The SDK timeout: a little inside the activity's start-to-close so ours fires first."""
     info = activity.info()
     if info.start_to_close_timeout:
         return max(1.0, info.start_to_close_timeout.total_seconds() - 1)
     return 300.0
-
-
-def open_thread(store: SessionStore, data: OpenBranchInput) -> None:
-    """A branch's thread starts with its instructions and the messages it cites, verbatim."""
-    rows = store.list_session(data.session_id, upto_seq=data.catalog_upto_seq)
-    cited = referenced_messages(render_session(rows, data.task_id).catalog, data.references)
-    store.append_once(
-        NewMessage(
-            id=ids.thread_instructions_id(data.thread_id),
-            session_id=data.thread_id,
-            role="user",
-            kind="note",
-            text=prompts.branch_opening(data.prompt, cited),
-            task_id=data.task_id,
-        )
-    )

@@ -8,12 +8,14 @@ from typing import Any
 
 from temporalio import activity
 
+from activities._threads import open_threads, write_branch_row
 from errands import ids
 from errands.activity_io import (
     AppendAckInput,
     AppendReplyInput,
     BranchOutcome,
     JoinInput,
+    OpenBranchInput,
     OpenTaskInput,
     OpenTaskOutput,
     PrepareRoundInput,
@@ -22,7 +24,6 @@ from errands.activity_io import (
     RoundState,
     SessionRef,
 )
-from errands.catalog import subtask_id
 from errands.contracts import NewMessage
 from errands.control import SubtaskDraft
 from errands.store import SessionStore
@@ -79,8 +80,12 @@ class SessionActivities:
 
     @activity.defn(name="append_ack")
     async def append_ack(self, data: AppendAckInput) -> str:
-        row = await asyncio.to_thread(
-            self._store.append_once,
+        """The round's acknowledgement, and its branches' threads opened with it: one render
+        of the session here instead of one per branch, each in its own activity at once."""
+        return await asyncio.to_thread(self._append_ack, data)
+
+    def _append_ack(self, data: AppendAckInput) -> str:
+        row = self._store.append_once(
             NewMessage(
                 id=ids.ack_message_id(data.task_id, data.round),
                 session_id=data.session_id,
@@ -93,7 +98,21 @@ class SessionActivities:
                     "upto_seq": data.upto_seq,
                     "subtasks": [s.model_dump() for s in data.subtasks],
                 },
-            ),
+            )
+        )
+        open_threads(
+            self._store,
+            [
+                OpenBranchInput(
+                    thread_id=thread_id,
+                    task_id=data.task_id,
+                    session_id=data.session_id,
+                    catalog_upto_seq=data.upto_seq,
+                    prompt=draft.prompt,
+                    references=draft.references,
+                )
+                for thread_id, draft in zip(data.thread_ids, data.subtasks, strict=False)
+            ],
         )
         return row.text
 
@@ -161,29 +180,3 @@ class SessionActivities:
             )
         )
         return row.text
-
-
-def write_branch_row(store: SessionStore, data: RecordBranchInput) -> None:
-    """A branch's row in the session; a completed branch's text is its thread's last step."""
-    text = data.error or ""
-    if data.status == "completed":
-        steps = [r for r in store.list_session(data.thread_id) if r.kind == "step"]
-        text = steps[-1].text if steps else ""
-    store.append_once(
-        NewMessage(
-            id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
-            session_id=data.session_id,
-            role="tool",
-            kind="branch",
-            text=text,
-            task_id=data.task_id,
-            round=data.round,
-            meta={
-                "ordinal": data.ordinal,
-                "subtask_id": subtask_id(data.round, data.ordinal),
-                "thread_id": data.thread_id,
-                "status": data.status,
-                **data.draft.model_dump(),
-            },
-        )
-    )

@@ -69,9 +69,10 @@ async def run_one(key: str, smoke: bool) -> dict[str, Any]:
         "load_before": before,
         "load_after": load_average(),
         "other_dev_servers": max(others, other_dev_servers()),
+        "headline": module.verdict(result)[0],
         "result": result,
     }
-    print(f"{key}: done in {duration:.0f} s: {module.verdict(result)[0]}", file=sys.stderr)
+    print(f"{key}: done in {duration:.0f} s: {entry['headline']}", file=sys.stderr)
     return entry
 
 
@@ -94,7 +95,7 @@ async def main(argv: list[str]) -> int:
         previous = results["benchmarks"].get(key)
         if previous is not None:
             earlier = previous.pop("earlier", [])
-            headline = BENCHMARKS[key].verdict(previous["result"])[0]
+            headline = previous.get("headline") or BENCHMARKS[key].verdict(previous["result"])[0]
             entry["earlier"] = [
                 {"date": previous["date"], "load": previous["load_before"], "result": headline},
                 *earlier,

@@ -152,6 +152,8 @@ def _limit(result: dict[str, Any]) -> str:
         - first["cpu_s_bench_process"]
         - first["cpu_s_dev_server"]
     ) / extra
+    if "floor_cpu_s" not in last:
+        return ""  # a result from before the floor's CPU was measured
     floor_cpu = (last["floor_cpu_s"] - first["floor_cpu_s"]) / extra
     cpus = result.get("cpus") or 1
     one = first["round_median_ms"] / 1000

@@ -82,6 +82,8 @@ class AppendAckInput(BaseModel):
     upto_seq: int
     reply: str
     subtasks: list[SubtaskDraft]
+    thread_ids: list[str] = Field(default_factory=list)
+    """The subtasks' thread ids, in order: their threads are opened with the acknowledgement."""
 
 
 class AppendReplyInput(BaseModel):

@@ -259,6 +259,9 @@ class TaskWorkflow:
                         upto_seq=upto,
                         reply=decision.reply,
                         subtasks=decision.subtasks,
+                        thread_ids=[
+                            self._thread_id(round_, k) for k in range(1, len(decision.subtasks) + 1)
+                        ],
                     ),
                 )
             outcomes = await self._run_branches(round_, upto, decision, done)
@@ -393,7 +396,7 @@ class TaskWorkflow:
                     model_max_attempts=settings.model_max_attempts,
                     max_output_tokens=settings.max_output_tokens,
                 ),
-                id=ids.child_workflow_id(workflow.info().workflow_id, round_, ordinal),
+                id=self._thread_id(round_, ordinal),
                 static_summary=f"round {round_} · subtask {ordinal} · {draft.type}",
             )
         except ChildWorkflowError as error:
@@ -406,7 +409,7 @@ class TaskWorkflow:
                     session_id=data.session_id,
                     round=round_,
                     ordinal=ordinal,
-                    thread_id=ids.child_workflow_id(workflow.info().workflow_id, round_, ordinal),
+                    thread_id=self._thread_id(round_, ordinal),
                     draft=draft,
                     status="failed",
                     error=reason,
@@ -417,6 +420,11 @@ class TaskWorkflow:
         return BranchOutcome(
             ordinal=ordinal, type=draft.type, status=result.status, error=result.error
         )
+
+    @staticmethod
+    def _thread_id(round_: int, ordinal: int) -> str:
+        """A branch's child workflow id, which is also its thread's id in the store."""
+        return ids.child_workflow_id(workflow.info().workflow_id, round_, ordinal)
 
     # -- endings ----------------------------------------------------------------------------
 

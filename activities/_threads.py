@@ -1,0 +1,93 @@
+"""A branch's thread in the session store: its opening, its messages, and its row in the task's
+session. Blocking functions: activities call them from a worker thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from errands import ids, prompts
+from errands.activity_io import OpenBranchInput, RecordBranchInput
+from errands.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
+from errands.contracts import Message, NewMessage, StoredMessage, ToolCall
+from errands.store import SessionStore
+
+
+def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> None:
+    """Start each branch's thread with its instructions and the messages it cites, verbatim.
+    A thread already opened is left as it is; the catalog is rendered once for all of them."""
+    todo = [o for o in openings if store.get(ids.thread_instructions_id(o.thread_id)) is None]
+    catalogs: dict[tuple[str, str, int], list[CatalogEntry]] = {}
+    for opening in todo:
+        key = (opening.session_id, opening.task_id, opening.catalog_upto_seq)
+        if key not in catalogs:
+            rows = store.list_session(opening.session_id, upto_seq=opening.catalog_upto_seq)
+            catalogs[key] = render_session(rows, opening.task_id).catalog
+        cited = referenced_messages(catalogs[key], opening.references)
+        store.append_once(
+            NewMessage(
+                id=ids.thread_instructions_id(opening.thread_id),
+                session_id=opening.thread_id,
+                role="user",
+                kind="note",
+                text=prompts.branch_opening(opening.prompt, cited),
+                task_id=opening.task_id,
+            )
+        )
+
+
+def thread_messages(rows: list[StoredMessage]) -> list[Message]:
+    """A branch thread's rows as model messages."""
+    out: list[Message] = []
+    for row in rows:
+        if row.kind == "step":
+            out.append(
+                Message(
+                    role="assistant",
+                    text=row.text,
+                    tool_calls=[ToolCall(**c) for c in row.meta.get("tool_calls", [])],
+                )
+            )
+        elif row.kind == "tool_result":
+            out.append(
+                Message(
+                    role="tool",
+                    text=row.text,
+                    tool_call_id=row.meta.get("tool_call_id"),
+                    tool_name=row.meta.get("tool_name"),
+                    is_error=bool(row.meta.get("is_error")),
+                )
+            )
+        else:
+            out.append(Message(role=row.role, text=row.text))
+    return out
+
+
+def write_branch_row(
+    store: SessionStore, data: RecordBranchInput, last_step: str | None = None
+) -> None:
+    """A branch's row in the task's session; a completed branch's text is its thread's last
+    step (``last_step`` when the caller has it at hand, else read from the thread)."""
+    text = data.error or ""
+    if data.status == "completed":
+        if last_step is None:
+            steps = [r for r in store.list_session(data.thread_id) if r.kind == "step"]
+            last_step = steps[-1].text if steps else ""
+        text = last_step
+    store.append_once(
+        NewMessage(
+            id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
+            session_id=data.session_id,
+            role="tool",
+            kind="branch",
+            text=text,
+            task_id=data.task_id,
+            round=data.round,
+            meta={
+                "ordinal": data.ordinal,
+                "subtask_id": subtask_id(data.round, data.ordinal),
+                "thread_id": data.thread_id,
+                "status": data.status,
+                **data.draft.model_dump(),
+            },
+        )
+    )
