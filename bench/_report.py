@@ -162,17 +162,17 @@ def _others(entry: dict[str, Any]) -> str:
 
 
 def _shared_machine_note(results: dict[str, Any]) -> str:
-    busy = [
-        key
-        for key, entry in results["benchmarks"].items()
-        if max(entry["load_before"][0], entry["load_after"][0]) > 1.0
-        or entry.get("other_dev_servers")
-    ]
+    busy = [key for key, entry in results["benchmarks"].items() if entry.get("other_dev_servers")]
+    cpus = results["machine"]["cpus"]
     if not busy:
-        return "The machine was otherwise idle during the run."
+        return (
+            "No other developer's dev server was running during the run. Each section gives "
+            f"the load average (1/5/15 min, against {cpus} CPUs) before and after it, which "
+            "includes the benchmarks' own load."
+        )
     return (
-        "The machine is shared: other developers were running test suites during "
+        "The machine is shared: other developers' dev servers were running during "
         f"{', '.join(sorted(busy))} (see each section's load average, 1/5/15 min, against "
-        f"{results['machine']['cpus']} CPUs). Wall-clock figures there are upper bounds; "
-        "CPU-second figures are less affected."
+        f"{cpus} CPUs). Wall-clock figures there are upper bounds; CPU-second figures are "
+        "less affected."
     )

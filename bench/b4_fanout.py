@@ -99,12 +99,17 @@ async def run(
     return {
         "cpus": os.cpu_count(),
         "shape": "round 0 delegates N branches (max_subtasks set to the largest N), "
-        f"round 1 replies; floor: {hops.local_before} local activities and {hops.before} "
-        f"activities, N children of {hops.child_activities} activities, {hops.local_after} "
-        f"local activities and {hops.after} activities",
+        f"round 1 replies; floor: {_count(hops.local_before, 'local activity')} and "
+        f"{_count(hops.before, 'activity')}, N children of "
+        f"{_count(hops.child_activities, 'activity')}, "
+        f"{_count(hops.local_after, 'local activity')} and {_count(hops.after, 'activity')}",
         "sizes": sizes,
         "target": f"{branches[-1]}-branch round <= {TARGET}x the 1-branch round",
     }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun.removesuffix('y')}ies"
 
 
 def _cpu(server: list[int]) -> tuple[float, float]:

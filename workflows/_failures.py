@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    CancelledError,
     ChildWorkflowError,
     RetryState,
     TimeoutError,
 )
 
-from workflows._options import NON_RECOVERABLE
+from workflows._options import NON_RECOVERABLE, raise_if_cancelled
 
 
 @dataclass(frozen=True)
@@ -38,11 +36,7 @@ def describe(error: BaseException, max_attempts: int = 1) -> Failure:
     A cancellation is not a failure to describe: it is raised on as ``asyncio.CancelledError`` so
     the workflow ends canceled instead of recording the branch or round as failed.
     """
-    cancelled = isinstance(error, (ActivityError, ChildWorkflowError)) and isinstance(
-        error.cause, CancelledError
-    )
-    if cancelled:
-        raise asyncio.CancelledError(str(error))
+    raise_if_cancelled(error)
     cause: BaseException | None = error
     attempts = 1
     if (

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 NON_RECOVERABLE = [
     "credential",
@@ -56,9 +56,17 @@ async def store_call(method: Any, arg: Any) -> Any:
             method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
         )
     except ActivityError as error:
-        if isinstance(error.cause, CancelledError):
-            raise asyncio.CancelledError(str(error)) from error
+        raise_if_cancelled(error)
         raise
+
+
+def raise_if_cancelled(error: BaseException) -> None:
+    """An activity or child that ended because the task was canceled is not a failure to
+    record: raise it on as a cancellation, so the workflow ends canceled rather than failed."""
+    if isinstance(error, (ActivityError, ChildWorkflowError)) and isinstance(
+        error.cause, CancelledError
+    ):
+        raise asyncio.CancelledError(str(error)) from error
 
 
 def run_is_long(*, continue_as_new: bool, max_history_events: int) -> bool:
