@@ -111,6 +111,8 @@ class SessionActivities:
                     prompt=draft.prompt,
                     references=draft.references,
                 )
+                # No thread ids from a task started before they were sent: its branches
+                # open their own threads, as they always can.
                 for thread_id, draft in zip(data.thread_ids, data.subtasks, strict=False)
             ],
         )
