@@ -9,6 +9,9 @@ import signal
 import uuid
 from collections import Counter
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from errands.devserver import DevServer
@@ -19,6 +22,22 @@ from tests.test_store import pg_admin, pg_url_in
 from tests.test_worker_crash import spawn_worker, worker_env
 
 TASKS = 50
+
+
+async def wait_for_pollers(client: Client, queue: str, count: int, timeout: float = 60) -> None:
+    """Until ``count`` distinct workers poll ``queue`` for workflow tasks, so none of them can
+    take the whole burst while another is still starting up."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    async with asyncio.timeout(timeout):
+        while True:
+            described = await client.workflow_service.describe_task_queue(request)
+            if len({p.identity for p in described.pollers}) >= count:
+                return
+            await asyncio.sleep(0.2)
 
 
 def two_branches_then_reply(request: RecordedRequest) -> Reply:
@@ -44,6 +63,7 @@ async def test_two_workers_on_postgres_complete_50_tasks_exactly_once(
     workers = [spawn_worker(env), spawn_worker(env)]
     store = open_store(url)
     try:
+        await wait_for_pollers(client, queue, len(workers))
         handles = await asyncio.gather(
             *(start_task(client, queue, f"job {i}", model="openai:gpt-pg") for i in range(TASKS))
         )
@@ -62,11 +82,17 @@ async def test_two_workers_on_postgres_complete_50_tasks_exactly_once(
             }
             assert set(ids.values()) == {1}
             assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+        # Who ran each workflow task and activity, over the tasks and their branches.
         identities = set()
         for handle in handles:
-            for event in (await handle.fetch_history()).events:
-                if event.HasField("activity_task_started_event_attributes"):
-                    identities.add(event.activity_task_started_event_attributes.identity)
+            workflow_ids = [handle.id] + [f"{handle.id}/r0/b{k}" for k in (1, 2)]
+            for workflow_id in workflow_ids:
+                history = await client.get_workflow_handle(workflow_id).fetch_history()
+                for event in history.events:
+                    if event.HasField("workflow_task_started_event_attributes"):
+                        identities.add(event.workflow_task_started_event_attributes.identity)
+                    if event.HasField("activity_task_started_event_attributes"):
+                        identities.add(event.activity_task_started_event_attributes.identity)
         assert len(identities) == 2, "both workers did work"
     finally:
         model_server.responder = None
