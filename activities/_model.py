@@ -63,7 +63,9 @@ class ModelActivities:
             # Written by an attempt that died before reporting: never ask the model again.
             calls = stored.meta.get("tool_calls", [])
             if not calls and data.record is not None:
-                await asyncio.to_thread(write_branch_row, self._store, data.record)
+                await asyncio.to_thread(
+                    write_branch_row, self._store, data.record, last_step=stored.text
+                )
             return BranchStepOutput(
                 tool_calls=len(calls),
                 text_chars=len(stored.text),
