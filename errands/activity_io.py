@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from errands.advisor import AdvisorResult
 from errands.contracts import Message, ModelResponse, ModelUsage, Usage
 from errands.control import SubtaskDraft
+from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 
@@ -188,6 +189,9 @@ class SideQuestionInput(BaseModel):
     round: RoundStepInput | None = None
     """The task's latest round request, or None when no round has run yet."""
     session_id: str
+    timeout_seconds: float = SIDE_TIMEOUT_SECONDS
+    """The model call's timeout, for a finished task's side question (a running task takes
+    its own from its settings)."""
 
 
 class SideAnswer(BaseModel):

@@ -25,13 +25,13 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
-from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.activity_io import SideAnswer
 from errands.client import connect
 from errands.devserver import DevServer, port_open
 from errands.picker import pick_answer
 from errands.settings import Settings, load_settings
 from errands.store import open_store
-from errands.tasks import task_input
+from errands.tasks import ask_finished_task, task_input
 from errands.workflow_io import SideQuestion, TaskResult, TaskStatus
 from workflows import _search as search
 
@@ -285,7 +285,9 @@ async def _btw(args: argparse.Namespace) -> int:
                     result_type=SideAnswer,
                 )
             else:
-                answer = await _btw_finished(client, settings, args.task, args.question)
+                answer = await ask_finished_task(
+                    client, settings, await _closed_state(client, args.task), args.question
+                )
         except (WorkflowUpdateFailedError, WorkflowFailureError) as error:
             cause = error.cause
             while getattr(cause, "cause", None) is not None:
@@ -296,30 +298,6 @@ async def _btw(args: argparse.Namespace) -> int:
     else:
         print(answer.answer)
     return 0
-
-
-async def _btw_finished(
-    client: Client, settings: Settings, task_id: str, question: str
-) -> SideAnswer:
-    """A finished task takes no updates: a short-lived workflow answers from its last round."""
-    state = await _closed_state(client, task_id)
-    last_round = state.get("last_round")
-    session_id = state.get("session_id") or ""
-    model = state.get("side_question_model") or settings.default_model()[0]
-    data = SideQuestionInput(
-        task_id=task_id,
-        session_id=session_id,
-        question=question,
-        model=model,
-        round=RoundStepInput.model_validate(last_round) if last_round else None,
-    )
-    return await client.execute_workflow(
-        "SideQuestionWorkflow",
-        data,
-        id=f"{task_id}/btw-{secrets.token_hex(3)}",
-        task_queue=settings.task_queue,
-        result_type=SideAnswer,
-    )
 
 
 async def _history(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ MAX_SIDE_ITERATIONS = 3
 SIDE_MAX_OUTPUT_TOKENS = 2048
 SIDE_TEMPERATURE = 0.3
 SIDE_TIMEOUT_SECONDS = 180
+"""A side question's model-call timeout unless the task's settings say otherwise."""
 
 MESSAGE_MAX_CHARS = 2_000
 TRANSCRIPT_MAX_CHARS = 24_000

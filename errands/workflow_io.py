@@ -15,6 +15,7 @@ from errands.activity_io import RoundStepInput
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
 from errands.pricing import ModelPrice
+from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
@@ -62,7 +63,7 @@ class RoundSettings(BaseModel):
     """How long a question waits for the user before the model is told no one answered."""
     advisor_limit: int = 3
     """Successful advisor consultations per task; failed ones do not count."""
-    side_question_timeout_seconds: float = 180
+    side_question_timeout_seconds: float = SIDE_TIMEOUT_SECONDS
     max_history_events: int = 1500
     """A run continues as new past this many history events (or when Temporal suggests it),
     far inside Temporal's limits (10,240-event warning, 51,200-event termination)."""
@@ -153,6 +154,9 @@ class TaskResult(BaseModel):
     last_round: RoundStepInput | None = None
     """The latest round's request, by reference: what a side question replays."""
     side_question_model: str | None = None
+    side_question_timeout_seconds: float | None = None
+    """The task's side-question timeout, for side questions after it finished (None: the
+    result of a task from before it was recorded; the default applies)."""
 
 
 class TaskStatus(TaskResult):

@@ -13,7 +13,13 @@ from errands.settings import Settings
 from errands.store import SessionStore
 from errands.workflow_io import RoundSettings, TaskStatus
 from tests.conftest import run_cli
-from tests.helpers import keep_history, start_task
+from tests.helpers import (
+    ACTIVITY_SCHEDULED,
+    events_of,
+    history_events,
+    keep_history,
+    start_task,
+)
 from tests.test_ask_user import DATABASE, ask, until_waiting
 
 MODEL = "openai:gpt-side"
@@ -55,6 +61,17 @@ class Script:
 def snapshot(store: SessionStore, session_id: str) -> tuple[list[Any], dict[str, Any]]:
     rows = [r.model_dump() for r in store.list_session(session_id)]
     return rows, store.list_decisions(session_id)
+
+
+async def side_question_workflow(client: Client, task_id: str) -> str:
+    """The id of the workflow that answered a finished task's side question (visibility lags
+    a moment behind the workflow itself)."""
+    for _ in range(100):
+        async for w in client.list_workflows('WorkflowType = "SideQuestionWorkflow"'):
+            if w.id.startswith(f"{task_id}/btw-"):
+                return w.id
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no side-question workflow for {task_id}")
 
 
 async def until(predicate: Any, timeout: float = 30) -> None:
@@ -169,7 +186,13 @@ async def test_btw_after_the_task_replied_answers_from_its_last_round(
 ) -> None:
     script = Script(main=[final("Done: 3 files changed.")], side=[Reply(text="Three files.")])
     scripted.script("gpt-side", *[script] * 2)
-    handle = await start_task(client, settings.task_queue, "Fix it", model=MODEL)
+    handle = await start_task(
+        client,
+        settings.task_queue,
+        "Fix it",
+        model=MODEL,
+        settings=RoundSettings(side_question_timeout_seconds=42),
+    )
     result = await handle.result()
     before = snapshot(store, result.session_id)
     answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
@@ -178,6 +201,11 @@ async def test_btw_after_the_task_replied_answers_from_its_last_round(
     assert snapshot(store, result.session_id) == before
     side = script.side_requests[0].body
     assert side["messages"][0] == script.main_requests[0].body["messages"][0]
+    # Answered by a short-lived workflow, on the finished task's own side-question timeout.
+    btw = await side_question_workflow(client, handle.id)
+    scheduled = events_of(await history_events(client.get_workflow_handle(btw)), ACTIVITY_SCHEDULED)
+    timeout = scheduled[0].activity_task_scheduled_event_attributes.start_to_close_timeout
+    assert timeout.ToSeconds() == 42
 
 
 async def test_a_second_side_question_in_flight_is_refused(

@@ -24,7 +24,7 @@ class SideQuestionWorkflow:
         return await workflow.execute_activity_method(
             ConsultActivities.answer_side_question,
             data,
-            start_to_close_timeout=timedelta(seconds=180),
+            start_to_close_timeout=timedelta(seconds=data.timeout_seconds),
             retry_policy=model_retry(3),
             summary="side question about a finished task",
         )

@@ -6,7 +6,6 @@ runs, and from its result once it has closed.
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -21,12 +20,12 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.service import RPCError
 
-from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.activity_io import SideAnswer
 from errands.gateway._errors import ApiError, from_rpc
 from errands.gateway._models import AnswerRequest, NewTask
 from errands.routing import parse_model
 from errands.settings import Settings
-from errands.tasks import task_input
+from errands.tasks import ask_finished_task, task_input
 from errands.workflow_io import AnswerReceipt, SideQuestion, TaskResult, TaskStatus
 from workflows import _search as search
 
@@ -183,7 +182,8 @@ class TaskOps:
                     "ask_side_question", SideQuestion(question=question), result_type=SideAnswer
                 )
                 return answer
-            return await self._side_question_finished(task_id, description, question)
+            closed = await self.closed_state(task_id, description)
+            return await ask_finished_task(self.client, self.settings, closed, question)
         except WorkflowUpdateFailedError as error:
             if isinstance(error.cause, ActivityError):
                 raise ApiError(502, f"side question not answered: {_reason(error)}") from None
@@ -192,28 +192,6 @@ class TaskOps:
             raise ApiError(502, f"side question not answered: {_reason(error)}") from None
         except RPCError as error:
             raise _ended_meanwhile(task_id, error) from None
-
-    async def _side_question_finished(
-        self, task_id: str, description: WorkflowExecutionDescription, question: str
-    ) -> SideAnswer:
-        """A closed task takes no updates: a short-lived workflow answers from its last round."""
-        state = await self.closed_state(task_id, description)
-        last_round = state.get("last_round")
-        data = SideQuestionInput(
-            task_id=task_id,
-            session_id=state.get("session_id") or "",
-            question=question,
-            model=state.get("side_question_model") or self.settings.default_model()[0],
-            round=RoundStepInput.model_validate(last_round) if last_round else None,
-        )
-        answer: SideAnswer = await self.client.execute_workflow(
-            "SideQuestionWorkflow",
-            data,
-            id=f"{task_id}/btw-{secrets.token_hex(3)}",
-            task_queue=self.settings.task_queue,
-            result_type=SideAnswer,
-        )
-        return answer
 
     async def cancel(self, task_id: str) -> None:
         await self._running(task_id, "there is nothing to cancel")
