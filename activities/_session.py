@@ -37,8 +37,12 @@ class SessionActivities:
 
     @activity.defn(name="open_task")
     async def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
-        await asyncio.to_thread(
-            self._store.append_once,
+        """Append the user's message once and name the installed subtask types; asked to, also
+        prepare round 0, which saves the first round a store call of its own."""
+        return await asyncio.to_thread(self._open_task, data)
+
+    def _open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
+        self._store.append_once(
             NewMessage(
                 id=ids.user_message_id(data.task_id),
                 session_id=data.session_id,
@@ -46,9 +50,16 @@ class SessionActivities:
                 kind="user",
                 text=data.text,
                 task_id=data.task_id,
-            ),
+            )
         )
-        return OpenTaskOutput(types=[t.info() for t in self._types.values()])
+        first_round = None
+        if data.prepare_first_round:
+            first_round = self._prepare_round(
+                PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=0)
+            )
+        return OpenTaskOutput(
+            types=[t.info() for t in self._types.values()], first_round=first_round
+        )
 
     @activity.defn(name="prepare_round")
     async def prepare_round(self, data: PrepareRoundInput) -> RoundState:

@@ -13,17 +13,6 @@ from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 
-class OpenTaskInput(BaseModel):
-    task_id: str
-    session_id: str
-    text: str
-
-
-class OpenTaskOutput(BaseModel):
-    types: list[SubtaskTypeInfo]
-    """The installed subtask types, recorded once so a replay validates against the same set."""
-
-
 class PrepareRoundInput(BaseModel):
     task_id: str
     session_id: str
@@ -48,6 +37,22 @@ class RoundState(BaseModel):
     ack_subtasks: list[SubtaskDraft] = Field(default_factory=list)
     ack_upto_seq: int | None = None
     branches: list[BranchOutcome] = Field(default_factory=list)
+
+
+class OpenTaskInput(BaseModel):
+    task_id: str
+    session_id: str
+    text: str
+    prepare_first_round: bool = False
+    """Also read what the store holds for round 0, in the same visit. Tasks started before
+    this existed prepare their first round with a store call of its own."""
+
+
+class OpenTaskOutput(BaseModel):
+    types: list[SubtaskTypeInfo]
+    """The installed subtask types, recorded once so a replay validates against the same set."""
+    first_round: RoundState | None = None
+    """Round 0's state, when asked for: what ``prepare_round`` would have answered next."""
 
 
 class RoundStepInput(BaseModel):

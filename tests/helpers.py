@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -58,6 +59,17 @@ async def history_events(handle: WorkflowHandle[Any, Any]) -> list[Any]:
 
 def events_of(events: list[Any], event_type: int) -> list[Any]:
     return [e for e in events if e.event_type == event_type]
+
+
+def local_activities(events: list[Any]) -> list[str]:
+    """The activity types of the local activities a history recorded, in order."""
+    return [
+        json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
+            "activity_type"
+        ]
+        for e in events_of(events, MARKER_RECORDED)
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
 
 
 async def history_bytes(handle: WorkflowHandle[Any, Any]) -> int:

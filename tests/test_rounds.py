@@ -21,12 +21,12 @@ from tests.conftest import run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
     CHILD_INITIATED,
-    MARKER_RECORDED,
     Conversation,
     events_of,
     history_bytes,
     history_events,
     keep_history,
+    local_activities,
     start_task,
 )
 
@@ -320,14 +320,14 @@ async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_loc
         for e in events_of(events, ACTIVITY_SCHEDULED)
     ]
     assert scheduled == ["round_step", "round_step"]
-    # open_task, prepare_round, append_ack, prepare_round, append_reply: each a local activity,
-    # recorded as a marker in the workflow task that ran it.
-    local = [
-        e
-        for e in events_of(events, MARKER_RECORDED)
-        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    # Every store call is a local activity, recorded as a marker in the workflow task that ran
+    # it; opening the task prepares round 0 too, so only round 1 has a prepare_round of its own.
+    assert local_activities(events) == [
+        "open_task",
+        "append_ack",
+        "prepare_round",
+        "append_reply",
     ]
-    assert len(local) == 5
     branch = await history_events(client.get_workflow_handle(f"{handle.id}/r0/b1"))
     assert [
         e.activity_task_scheduled_event_attributes.activity_type.name

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         OpenTaskInput,
         PrepareRoundInput,
         RecordBranchInput,
+        RoundState,
         SideAnswer,
         SideQuestionInput,
     )
@@ -57,6 +58,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows._search import Publisher
     from workflows._subtask import SubtaskWorkflow
 
+FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
+"""Patch: opening the task also prepares round 0, one store call instead of two. Runs started
+before it replay with round 0 prepared by a call of its own."""
+
 
 @workflow.defn(name="TaskWorkflow")
 class TaskWorkflow:
@@ -75,6 +80,7 @@ class TaskWorkflow:
         self._answer: Answer | None = None
         self._side_in_flight = False
         self._rounds_this_run = 0
+        self._first_round: RoundState | None = None
         self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
 
     # -- queries ---------------------------------------------------------------------------
@@ -168,9 +174,15 @@ class TaskWorkflow:
                 self.state.started_at = workflow.now()
                 opened = await store_call(
                     SessionActivities.open_task,
-                    OpenTaskInput(task_id=data.task_id, session_id=data.session_id, text=data.text),
+                    OpenTaskInput(
+                        task_id=data.task_id,
+                        session_id=data.session_id,
+                        text=data.text,
+                        prepare_first_round=workflow.patched(FIRST_ROUND_PREPARED_AT_OPEN),
+                    ),
                 )
                 self.state.types = opened.types
+                self._first_round = opened.first_round
             await self._round_loop()
         except asyncio.CancelledError:
             self._set_state("canceled", "canceled")
@@ -199,6 +211,7 @@ class TaskWorkflow:
             cost_usd=cost_usd(state.ledger, data.prices),
             last_round=state.last_round,
             side_question_model=data.side_question_model or data.model,
+            side_question_timeout_seconds=data.settings.side_question_timeout_seconds,
         )
 
     async def _round_loop(self) -> None:
@@ -210,10 +223,15 @@ class TaskWorkflow:
                 await self._continue_as_new_if_due()
             self._set_state("running", f"round {state.round}: deciding")
             round_ = state.round
-            prepared = await store_call(
-                SessionActivities.prepare_round,
-                PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=round_),
-            )
+            # Round 0 is usually prepared already, by the call that opened the task.
+            prepared, self._first_round = self._first_round, None
+            if prepared is None:
+                prepared = await store_call(
+                    SessionActivities.prepare_round,
+                    PrepareRoundInput(
+                        task_id=data.task_id, session_id=data.session_id, round=round_
+                    ),
+                )
             if prepared.reply is not None:
                 # A previous attempt already replied: return it, no inference.
                 self._replied(prepared.reply)
