@@ -22,7 +22,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowUpdateFailedError,
 )
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from errands.activity_io import SideAnswer
@@ -31,8 +31,8 @@ from errands.devserver import DevServer, port_open
 from errands.picker import pick_answer
 from errands.settings import Settings, load_settings
 from errands.store import open_store
-from errands.tasks import ask_finished_task, task_input
-from errands.workflow_io import SideQuestion, TaskResult, TaskStatus
+from errands.tasks import ask_finished_task, closed_task_state, task_input
+from errands.workflow_io import SideQuestion, TaskStatus
 from workflows import _search as search
 
 STATUS_FIELDS = ("task_id", "session_id", "status", "reply", "error", "usage")
@@ -383,20 +383,9 @@ async def _task_state(client: Client, task_id: str) -> dict[str, Any]:
 
 
 async def _closed_state(client: Client, task_id: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(task_id, result_type=TaskResult)
-    try:
-        result = await handle.result(follow_runs=True)
-        return result.model_dump(mode="json")
-    except WorkflowFailureError as error:
-        canceled = isinstance(error.cause, CancelledError)
-        return {
-            "task_id": task_id,
-            "session_id": None,
-            "status": "canceled" if canceled else "failed",
-            "reply": None,
-            "error": {"kind": "canceled" if canceled else "internal", "message": str(error.cause)},
-            "usage": None,
-        }
+    description = await client.get_workflow_handle(task_id).describe()
+    session_id = description.typed_search_attributes.get(search.SESSION)
+    return await closed_task_state(client, task_id, session_id=session_id)
 
 
 async def _wait_for(

@@ -17,6 +17,7 @@ from errands.providers import (
     Provider,
     anthropic_client,
     classify_provider_error,
+    missing_credentials,
     openai_client,
 )
 from errands.scripted import ScriptedModelServer
@@ -81,7 +82,11 @@ class ModelRouter:
             # The demo model runs the real OpenAI client against rules served on loopback.
             self._demo_server = start_demo_server()
             key, base_url = "demo", self._demo_server.openai_base_url
-        openai_sdk = openai_client(api_key=key, base_url=base_url)
+        try:
+            openai_sdk = openai_client(api_key=key, base_url=base_url)
+        except openai.OpenAIError as error:
+            # The SDK refuses to build a client it has no credentials for.
+            raise missing_credentials(error, provider_name) from None
         self._clients.append(openai_sdk)
         return OpenAIChatProvider(openai_sdk)
 

@@ -30,9 +30,12 @@ ErrorKind = Literal[
     "transient",
     "internal",
     "canceled",
+    "terminated",
+    "timed_out",
 ]
-"""Why a task failed. Each kind but ``exhausted``/``internal``/``canceled`` comes from a provider
-error classified in ``errands.providers.classify``."""
+"""Why a task failed. Each kind but ``exhausted``/``internal``/``canceled``/``terminated``/
+``timed_out`` comes from a provider error classified in ``errands.providers.classify``; the last
+two are an operator's termination and a workflow timeout, which end a task without a result."""
 
 
 class RoundSettings(BaseModel):

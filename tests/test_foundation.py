@@ -29,7 +29,7 @@ from tests.helpers import (
     keep_history,
     start_task,
 )
-from worker import WORKFLOWS, build_activities
+from worker import WORKFLOWS, build_activities, build_worker
 
 FAST = RoundSettings(model_max_attempts=4)
 
@@ -162,6 +162,37 @@ async def test_a_401_fails_the_task_at_once_with_kind_credential(
     assert "openai" in result.error.message and "OPENAI_API_KEY" in result.error.message
     assert len(scripted.requests) == 1, "no retry and no fallback on a dead credential"
     await keep_history(client, handle.id, "credential_401")
+
+
+async def test_a_worker_without_a_key_fails_the_task_at_once_naming_the_variable(
+    client: Client, settings: Settings, store: SessionStore, monkeypatch
+) -> None:
+    """No key anywhere: the SDK will not even build a client. That is a credential error,
+    not a hiccup to retry six times and report as exhausted."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keyless = settings.model_copy(
+        update={"openai_api_key": None, "task_queue": f"keyless-{uuid.uuid4().hex[:6]}"}
+    )
+    router = ModelRouter(keyless)
+    async with build_worker(client, keyless, store=store, router=router):
+        handle = await start_task(
+            client,
+            keyless.task_queue,
+            "hi",
+            model="openai:gpt-test",
+            fallback_model="openai:gpt-fallback",
+            settings=FAST,
+        )
+        result = await handle.result()
+    await router.aclose()
+    assert result.status == "failed"
+    assert result.error is not None and result.error.kind == "credential"
+    assert "set OPENAI_API_KEY on the worker" in result.error.message
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events_of(await history_events(handle), ACTIVITY_STARTED)
+    ]
+    assert attempts == [1], "one attempt, no retry and no fallback"
 
 
 async def test_narration_is_a_failed_attempt_and_the_fallback_answers(

@@ -6,7 +6,8 @@ import asyncio
 import json
 from typing import Any
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowFailureError
 
 from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
@@ -206,6 +207,47 @@ async def test_btw_after_the_task_replied_answers_from_its_last_round(
     scheduled = events_of(await history_events(client.get_workflow_handle(btw)), ACTIVITY_SCHEDULED)
     timeout = scheduled[0].activity_task_scheduled_event_attributes.start_to_close_timeout
     assert timeout.ToSeconds() == 42
+
+
+@pytest.mark.parametrize("ending", ["cancel", "terminate"])
+async def test_btw_after_the_task_was_stopped_answers_from_its_last_round(
+    client: Client,
+    worker,
+    cli_env,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    ending: str,
+) -> None:
+    """A canceled or terminated task has no result; its last state still gives the side
+    question the task's round, model and session."""
+    script = Script(main=[ask(DATABASE)], side=[Reply(text="It was asking about the database.")])
+    scripted.script("gpt-side", *[script] * 2)
+    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    waiting = await until_waiting(handle)
+    if ending == "cancel":
+        await handle.cancel()
+    else:
+        await handle.terminate(reason="stuck in review")
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+
+    shown = await run_cli(cli_env, "status", handle.id, "--json")
+    state = shown.json()
+    assert state["session_id"] == waiting.session_id
+    assert state["last_round"]["upto_seq"] == waiting.last_round.upto_seq
+    if ending == "cancel":
+        assert (state["status"], state["error"]["kind"]) == ("canceled", "canceled")
+    else:
+        assert (state["status"], state["error"]["kind"]) == ("failed", "terminated")
+        assert "stuck in review" in state["error"]["message"]
+
+    answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
+    assert answered.code == 0, answered.stderr
+    assert answered.json()["answer"] == "It was asking about the database."
+    side = script.side_requests[0].body
+    assert side["messages"][0] == script.main_requests[0].body["messages"][0]
+    assert side["tools"] == script.main_requests[0].body["tools"]
 
 
 async def test_a_second_side_question_in_flight_is_refused(

@@ -17,7 +17,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.service import RPCError
 
 from errands.activity_io import SideAnswer
@@ -25,8 +25,8 @@ from errands.gateway._errors import ApiError, from_rpc
 from errands.gateway._models import AnswerRequest, NewTask
 from errands.routing import parse_model
 from errands.settings import Settings
-from errands.tasks import ask_finished_task, task_input
-from errands.workflow_io import AnswerReceipt, SideQuestion, TaskResult, TaskStatus
+from errands.tasks import ask_finished_task, closed_task_state, task_input
+from errands.workflow_io import AnswerReceipt, SideQuestion, TaskStatus
 from workflows import _search as search
 
 TASK_WORKFLOW = "TaskWorkflow"
@@ -77,23 +77,9 @@ class TaskOps:
     async def closed_state(
         self, task_id: str, description: WorkflowExecutionDescription
     ) -> dict[str, Any]:
-        handle = self.client.get_workflow_handle(task_id, result_type=TaskResult)
+        session_id = description.typed_search_attributes.get(search.SESSION)
         try:
-            result: TaskResult = await handle.result(follow_runs=True)
-            return result.model_dump(mode="json")
-        except WorkflowFailureError as error:
-            canceled = isinstance(error.cause, CancelledError)
-            return {
-                "task_id": task_id,
-                "session_id": description.typed_search_attributes.get(search.SESSION),
-                "status": "canceled" if canceled else "failed",
-                "reply": None,
-                "error": {
-                    "kind": "canceled" if canceled else "internal",
-                    "message": str(error.cause),
-                },
-                "usage": None,
-            }
+            return await closed_task_state(self.client, task_id, session_id=session_id)
         except RPCError as error:
             raise from_rpc(error, task_id) from None
 

@@ -14,7 +14,11 @@ from errands.providers._anthropic import (
     anthropic_params,
     anthropic_response,
 )
-from errands.providers._errors import ProviderErrorKind, classify_provider_error
+from errands.providers._errors import (
+    ProviderErrorKind,
+    classify_provider_error,
+    missing_credentials,
+)
 from errands.providers._openai import (
     OpenAIChatProvider,
     openai_client,
@@ -42,6 +46,7 @@ __all__ = [
     "anthropic_params",
     "anthropic_response",
     "classify_provider_error",
+    "missing_credentials",
     "openai_client",
     "openai_params",
     "openai_response",

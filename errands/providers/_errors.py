@@ -77,17 +77,22 @@ def classify_provider_error(error: BaseException, provider: str) -> ApplicationE
     if isinstance(error, _STATUS_ERRORS):
         return _classify_status(error, provider)
     if isinstance(error, _CREDENTIAL_ERRORS) or _is_missing_anthropic_auth(error):
-        return _failure(
-            "credential",
-            provider,
-            f"{provider} has no usable credentials ({_describe(error)}); set "
-            f"{_KEY_VARIABLES.get(provider, 'the API key')} on the worker and restart it",
-        )
+        return missing_credentials(error, provider)
     return _failure(
         "internal",
         provider,
         f"calling {provider} failed with an unexpected {type(error).__name__}: "
         f"{_describe(error)}; this is a bug in errands, not a provider outage - report it",
+    )
+
+
+def missing_credentials(error: BaseException, provider: str) -> ApplicationError:
+    """The worker has no key for ``provider``: nothing to retry, the operator must set one."""
+    return _failure(
+        "credential",
+        provider,
+        f"{provider} has no usable credentials ({_describe(error)}); set "
+        f"{_KEY_VARIABLES.get(provider, 'the API key')} on the worker and restart it",
     )
 
 
