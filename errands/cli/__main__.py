@@ -1,0 +1,5 @@
+"""``python -m errands.cli``: the ``errands`` command."""
+
+from errands.cli import entry
+
+entry()

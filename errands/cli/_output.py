@@ -1,0 +1,53 @@
+"""What the CLI prints: a task's state, a pending question with the command that answers it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+from errands.asking import OTHER_PREFIX
+
+
+def print_state(state: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(state, ensure_ascii=False))
+        return
+    print(f"{state['task_id']}: {state['status']}")
+    if state.get("pending_question"):
+        print(question_text(state["task_id"], state["pending_question"]))
+    if state.get("reply"):
+        print(state["reply"])
+    if state.get("error"):
+        print(f"error ({state['error']['kind']}): {state['error']['message']}")
+
+
+def question_text(task_id: str, pending: dict[str, Any]) -> str:
+    """A pending question set (``pending_question`` of the status) as text, ending with the
+    ``errands answer`` command that answers it."""
+    lines, example = [], []
+    for q in pending["questions"]:
+        offered = [o for o in q["options"] if not o["free_text"]]
+        if not offered:
+            how = "write the answer as text"
+        elif q["multi_select"]:
+            how = f"choose one or more: repeat {q['id']}=…"
+        else:
+            how = "choose one"
+        if not q.get("required", True):
+            how += "; optional"
+        lines.append(f"{q['id']} · {q['header']}: {q['question']} ({how})")
+        for option in offered:
+            described = f": {option['description']}" if option.get("description") else ""
+            lines.append(f"    {option['label']}{described}")
+        if offered:
+            lines.append(f"    {OTHER_PREFIX} <your own answer>")
+        example.append(f"{q['id']}={offered[0]['label'] if offered else '<your answer>'}")
+    lines.append(f"answer with: {shlex.join(['errands', 'answer', task_id, *example])}")
+    lines.append("  (or --dismiss to choose nothing, --cancel to withdraw the question)")
+    return "\n".join(lines)
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
