@@ -95,28 +95,52 @@ def build_activities(
     ]
 
 
+class WorkerSetupError(RuntimeError):
+    """The worker cannot start as configured; the message names the setting to fix."""
+
+
 async def run_worker(settings: Settings) -> None:
     if not settings.temporal_address:
-        raise SystemExit(
-            "errands worker: TEMPORAL_ADDRESS is not set; point it at a Temporal frontend "
+        raise WorkerSetupError(
+            "TEMPORAL_ADDRESS is not set; point it at a Temporal frontend "
             "(or run `errands dev` for the embedded stack)"
         )
     configure_logging(settings.log_level, json=settings.log_json)
-    client = await connect(
-        settings.temporal_address,
-        settings.temporal_namespace,
-        runtime=runtime_with_metrics(settings.metrics_bind) if settings.metrics_bind else None,
-        interceptors=tracing_interceptors() if settings.otel else (),
-    )
+    try:
+        client = await connect(
+            settings.temporal_address,
+            settings.temporal_namespace,
+            runtime=runtime_with_metrics(settings.metrics_bind) if settings.metrics_bind else None,
+            interceptors=tracing_interceptors() if settings.otel else (),
+        )
+    except RuntimeError as error:  # what Client.connect raises when it cannot connect
+        raise WorkerSetupError(
+            f"cannot connect to Temporal at {settings.temporal_address} ({error}); check "
+            "TEMPORAL_ADDRESS and that the server is up"
+        ) from None
+    try:
+        store = open_store(settings.session_database_url())
+    except (ValueError, OSError) as error:
+        raise WorkerSetupError(
+            f"cannot open the session store ({error}); check ERRANDS_DATABASE_URL"
+        ) from None
     # SIGTERM (a rolling upgrade, `docker stop`) drains running activities instead of dying.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with build_worker(client, settings, graceful_shutdown_timeout=timedelta(seconds=60)):
-        logging.getLogger("errands").info("worker polling %s", settings.task_queue)
-        await stop.wait()
+    try:
+        async with build_worker(
+            client, settings, store=store, graceful_shutdown_timeout=timedelta(seconds=60)
+        ):
+            logging.getLogger("errands").info("worker polling %s", settings.task_queue)
+            await stop.wait()
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(run_worker(load_settings()))
+    try:
+        asyncio.run(run_worker(load_settings()))
+    except WorkerSetupError as error:
+        raise SystemExit(f"errands worker: {error}") from None

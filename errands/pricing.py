@@ -40,6 +40,12 @@ def price_table(override_json: str | None) -> dict[str, ModelPrice]:
                 f"ERRANDS_PRICES is not valid JSON ({error.msg}); expected an object like "
                 '{"openai:gpt-4.1": {"input": 2.0, "output": 8.0, "cached": 0.5}}'
             ) from None
+        if not isinstance(raw, dict):
+            raise ValueError(
+                f"ERRANDS_PRICES is a JSON {type(raw).__name__}, not an object; expected "
+                '{"provider:model": {"input": …, "output": …, "cached": …}} in USD per million '
+                "tokens"
+            )
         table.update({model: ModelPrice.model_validate(price) for model, price in raw.items()})
     return table
 

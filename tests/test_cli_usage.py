@@ -110,10 +110,20 @@ async def test_a_session_id_the_gateway_could_not_address_is_refused(cli_env, se
         ({"ERRANDS_DEV_PORT": "abc"}, ["status", "x"], "ERRANDS_DEV_PORT"),
         ({"ERRANDS_PRICES": "{bad"}, ["run", "x"], "ERRANDS_PRICES"),
         ({"ERRANDS_PRICES": '{"demo": {"input": "free"}}'}, ["run", "x"], "ERRANDS_PRICES"),
+        ({"ERRANDS_PRICES": "[1]"}, ["run", "x"], "ERRANDS_PRICES"),
         ({"ERRANDS_DATABASE_URL": "mysql://x"}, ["history", "s1"], "ERRANDS_DATABASE_URL"),
         ({"TEMPORAL_ADDRESS": "127.0.0.1:1"}, ["status", "x"], "TEMPORAL_ADDRESS"),
+        ({"TEMPORAL_ADDRESS": "127.0.0.1:1"}, ["worker"], "TEMPORAL_ADDRESS"),
     ],
-    ids=["dev-port", "prices-json", "prices-value", "database-url", "temporal-address"],
+    ids=[
+        "dev-port",
+        "prices-json",
+        "prices-value",
+        "prices-not-an-object",
+        "database-url",
+        "temporal-address",
+        "worker-temporal-address",
+    ],
 )
 async def test_a_configuration_mistake_is_one_line_naming_the_setting(
     cli_env, env: dict[str, str], args: list[str], named: str
@@ -164,6 +174,10 @@ async def test_status_of_a_task_no_worker_serves_names_the_queue_instead_of_hang
         assert "Still waiting" in waited.stderr
         assert "did not end within 8 s" in waited.stderr
         assert "Traceback" not in waited.stderr
+
+        asked = await run_cli(env, "btw", task, "what is it doing?", timeout=30)
+        assert asked.code == 2
+        assert f"no worker is polling task queue {queue}" in a_clean_refusal(asked.stderr)
     finally:
         await client.get_workflow_handle(task).terminate("test cleanup")
 

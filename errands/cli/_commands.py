@@ -30,6 +30,7 @@ from errands.cli._state import (
     describe_task,
     query_task,
     running_task,
+    start_update,
     task_state,
     wait_for,
 )
@@ -192,11 +193,14 @@ async def btw(args: argparse.Namespace) -> int:
         description = await describe_task(client, args.task)
         try:
             if description.status == WorkflowExecutionStatus.RUNNING:
-                answer = await client.get_workflow_handle(args.task).execute_update(
+                update = await start_update(
+                    client,
+                    description,
                     "ask_side_question",
                     SideQuestion(question=args.question),
-                    result_type=SideAnswer,
+                    SideAnswer,
                 )
+                answer = await update.result()
             else:
                 answer = await ask_finished_task(
                     client, settings, await closed_state(client, description), args.question
@@ -270,7 +274,10 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 async def worker(args: argparse.Namespace) -> int:
-    from worker import run_worker
+    from worker import WorkerSetupError, run_worker
 
-    await run_worker(configured_settings())
+    try:
+        await run_worker(configured_settings())
+    except WorkerSetupError as error:
+        raise UsageError(str(error)) from None
     return 0

@@ -17,6 +17,9 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -99,11 +102,34 @@ async def query_task(
             "worker's log says why"
         ) from None
     except RPCError as error:
-        raise TaskUnreachable(await _why_unanswered(client, description, error)) from None
+        raise TaskUnreachable(await _why_unanswered(client, description, error.message)) from None
+
+
+async def start_update(
+    client: Client,
+    description: WorkflowExecutionDescription,
+    name: str,
+    arg: Any,
+    result_type: type,
+) -> WorkflowUpdateHandle[Any]:
+    """Start an update of a running task once its worker has accepted it, within the same bound
+    as a query; its result then takes as long as the work does."""
+    handle = client.get_workflow_handle(description.id)
+    try:
+        return await handle.start_update(
+            name,
+            arg,
+            wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+            result_type=result_type,
+            rpc_timeout=QUERY_TIMEOUT,
+        )
+    except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
+        detail = error.message if isinstance(error, RPCError) else str(error)
+        raise TaskUnreachable(await _why_unanswered(client, description, detail)) from None
 
 
 async def _why_unanswered(
-    client: Client, description: WorkflowExecutionDescription, error: RPCError
+    client: Client, description: WorkflowExecutionDescription, detail: str
 ) -> str:
     queue = description.task_queue
     request = DescribeTaskQueueRequest(
@@ -123,7 +149,7 @@ async def _why_unanswered(
         )
     return (
         f"no worker on task queue {queue} answered about task {description.id} within "
-        f"{QUERY_TIMEOUT.total_seconds():g} s ({error.message}); check that `errands worker` "
+        f"{QUERY_TIMEOUT.total_seconds():g} s ({detail}); check that `errands worker` "
         "is running there and what its log says"
     )
 
