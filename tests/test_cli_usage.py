@@ -335,3 +335,15 @@ def test_the_readme_names_every_search_attribute_and_the_cancel_command() -> Non
         assert f"`{name}`" in README
     assert "errands cancel" in README
     assert "DESIGN.md" not in README
+
+
+async def test_history_refuses_a_store_that_is_not_there_and_creates_none(
+    cli_env, tmp_path: Path
+) -> None:
+    missing = tmp_path / "elsewhere" / "sessions.db"
+    result = await run_cli(
+        {**cli_env, "ERRANDS_DATABASE_URL": f"sqlite:///{missing}"}, "history", "s1"
+    )
+    assert result.code == 2
+    assert f"no session store at {missing}" in a_clean_refusal(result.stderr)
+    assert not missing.parent.exists()

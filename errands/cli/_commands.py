@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+from pathlib import Path
 
 from temporalio.client import (
     WorkflowExecutionStatus,
@@ -34,6 +35,7 @@ from errands.cli._state import (
     task_state,
     wait_for,
 )
+from errands.store import sqlite_path
 from errands.tasks import ask_finished_task, task_input
 from errands.validation import check_session_id, check_task_text
 from errands.workflow_io import SideQuestion
@@ -218,11 +220,25 @@ async def btw(args: argparse.Namespace) -> int:
 
 
 async def history(args: argparse.Namespace) -> int:
-    store = open_session_store(configured_settings())
+    settings = configured_settings()
+    url = settings.session_database_url()
+    try:
+        path = sqlite_path(url)
+    except ValueError as error:
+        raise UsageError(f"{error}; check ERRANDS_DATABASE_URL") from None
+    if path is not None and not Path(path).exists():
+        # Reading must not create an empty store somewhere else and show nothing.
+        raise UsageError(
+            f"no session store at {path}; run from the directory you ran errands in, or set "
+            "ERRANDS_DATABASE_URL (or ERRANDS_DATA_DIR) to where the sessions are"
+        )
+    store = open_session_store(settings)
     try:
         rows = store.list_session(args.session)
     finally:
         store.close()
+    if not rows:
+        note(f"errands: session {args.session} has no messages in {path or 'the store'}")
     messages = [
         {
             "id": r.id,

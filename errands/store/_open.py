@@ -18,6 +18,15 @@ def open_store(url: str) -> SessionStore:
     """
     if url.startswith(("postgresql://", "postgres://")):
         return PostgresStore(url)
+    path = sqlite_path(url)
+    assert path is not None
+    return SqliteStore(path)
+
+
+def sqlite_path(url: str) -> str | None:
+    """The SQLite file ``url`` names, or None for PostgreSQL; ValueError for anything else."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return None
     path = url
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite://")
@@ -34,4 +43,4 @@ def open_store(url: str) -> SessionStore:
             f"the session store needs a SQLite file, got {url!r}: connections of an in-memory "
             "database do not share it; give a file path"
         )
-    return SqliteStore(path)
+    return path
