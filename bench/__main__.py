@@ -86,6 +86,9 @@ async def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}")
     results = load_results()
+    # Taken before anything runs: the commit the benchmarks measure, before this run's own
+    # results make the tree differ from it.
+    measured_on = machine()
     for key in names:
         entry = await run_one(key, args.smoke)
         if args.smoke:
@@ -101,7 +104,7 @@ async def main(argv: list[str]) -> int:
                 *earlier,
             ][:KEEP_EARLIER]
         results["benchmarks"][key] = entry
-        results["machine"] = machine()
+        results["machine"] = measured_on
         results["run_date"] = now()
         results["command"] = " ".join(["python -m bench", *args.names])
         # Saved after each benchmark, so a long run that fails late keeps what it measured.
