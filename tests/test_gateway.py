@@ -402,6 +402,23 @@ async def test_answering_a_task_with_no_question_is_a_conflict(
     assert response.status_code == 409 and "has ended (completed)" in response.json()["detail"]
 
 
+async def test_a_side_question_to_a_task_no_worker_serves_is_a_503_naming_the_queue(
+    client: Client, settings: Settings, store: SessionStore
+) -> None:
+    """Without a worker the update would wait for one for ever; the request must come back."""
+    queue = f"nobody-{uuid.uuid4().hex[:6]}"
+    lonely = settings.model_copy(update={"task_queue": queue})
+    app = create_app(client, lonely, token=None, store=store)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as h:
+        task = await start(h, session_id(), "anyone there?", "openai:gpt-gw-lonely")
+        try:
+            response = await h.post(f"/v1/tasks/{task}/btw", json={"question": "status?"})
+            assert response.status_code == 503, response.text
+            assert f"no worker on task queue {queue}" in response.json()["detail"]
+        finally:
+            await client.get_workflow_handle(task).terminate("test cleanup")
+
+
 # -- property: nothing malformed gets a 5xx or changes anything ----------------------------
 
 LABELS = {"postgresql", "sqlite"}

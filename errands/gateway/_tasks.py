@@ -16,6 +16,9 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.service import RPCError
@@ -164,9 +167,10 @@ class TaskOps:
         description = await self.describe(task_id)
         try:
             if description.status == WorkflowExecutionStatus.RUNNING:
-                answer: SideAnswer = await self.client.get_workflow_handle(task_id).execute_update(
-                    "ask_side_question", SideQuestion(question=question), result_type=SideAnswer
+                update = await self._start_update(
+                    description, "ask_side_question", SideQuestion(question=question), SideAnswer
                 )
+                answer: SideAnswer = await update.result()
                 return answer
             closed = await self.closed_state(task_id, description)
             return await ask_finished_task(self.client, self.settings, closed, question)
@@ -178,6 +182,32 @@ class TaskOps:
             raise ApiError(502, f"side question not answered: {_reason(error)}") from None
         except RPCError as error:
             raise _ended_meanwhile(task_id, error) from None
+
+    async def _start_update(
+        self,
+        description: WorkflowExecutionDescription,
+        name: str,
+        arg: Any,
+        result_type: type,
+    ) -> WorkflowUpdateHandle[Any]:
+        """Start an update once the task's worker has accepted it, within the bound of a query:
+        a task no worker serves is a 503 that says so, not a request that never returns."""
+        handle = self.client.get_workflow_handle(description.id)
+        try:
+            return await handle.start_update(
+                name,
+                arg,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                result_type=result_type,
+                rpc_timeout=QUERY_TIMEOUT,
+            )
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise ApiError(
+                503,
+                f"no worker on task queue {description.task_queue} took up task "
+                f"{description.id} within {QUERY_TIMEOUT.total_seconds():g} s; check that "
+                "`errands worker` runs for that queue",
+            ) from None
 
     async def cancel(self, task_id: str) -> None:
         await self._running(task_id, "there is nothing to cancel")
