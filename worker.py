@@ -20,10 +20,10 @@ from temporalio.worker import Worker
 
 import workflows
 from activities import ConsultActivities, ModelActivities, SessionActivities
-from errands.client import connect
+from errands.client import TemporalUnreachable, connect
 from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore, open_store
+from errands.store import SessionStore, StoreUnavailable, open_store
 from errands.subtask_types import SubtaskType, load_types
 from errands.telemetry import (
     LogContextInterceptor,
@@ -113,17 +113,14 @@ async def run_worker(settings: Settings) -> None:
             runtime=runtime_with_metrics(settings.metrics_bind) if settings.metrics_bind else None,
             interceptors=tracing_interceptors() if settings.otel else (),
         )
-    except RuntimeError as error:  # what Client.connect raises when it cannot connect
-        raise WorkerSetupError(
-            f"cannot connect to Temporal at {settings.temporal_address} ({error}); check "
-            "TEMPORAL_ADDRESS and that the server is up"
-        ) from None
+    except TemporalUnreachable as error:
+        raise WorkerSetupError(str(error)) from None
     try:
         store = open_store(settings.session_database_url())
-    except (ValueError, OSError) as error:
-        raise WorkerSetupError(
-            f"cannot open the session store ({error}); check ERRANDS_DATABASE_URL"
-        ) from None
+    except ValueError as error:
+        raise WorkerSetupError(f"{error}; check ERRANDS_DATABASE_URL") from None
+    except StoreUnavailable as error:
+        raise WorkerSetupError(str(error)) from None
     # SIGTERM (a rolling upgrade, `docker stop`) drains running activities instead of dying.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

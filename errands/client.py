@@ -9,6 +9,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 
 
+class TemporalUnreachable(RuntimeError):
+    """No Temporal frontend answered at the address; the message says where and what to check."""
+
+
 async def connect(
     address: str,
     namespace: str = "default",
@@ -16,10 +20,16 @@ async def connect(
     runtime: Runtime | None = None,
     interceptors: Sequence[Interceptor] = (),
 ) -> Client:
-    return await Client.connect(
-        address,
-        namespace=namespace,
-        data_converter=pydantic_data_converter,
-        runtime=runtime,
-        interceptors=interceptors,
-    )
+    try:
+        return await Client.connect(
+            address,
+            namespace=namespace,
+            data_converter=pydantic_data_converter,
+            runtime=runtime,
+            interceptors=interceptors,
+        )
+    except RuntimeError as error:  # what Client.connect raises when it cannot connect
+        raise TemporalUnreachable(
+            f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS and "
+            "that the server is up, or start the embedded stack with `errands dev`"
+        ) from None

@@ -8,7 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
-from temporalio.exceptions import CancelledError, TerminatedError, TimeoutError
+from temporalio.exceptions import CancelledError, TerminatedError
+from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError
 
 from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
@@ -112,6 +113,6 @@ def _ending(error: WorkflowFailureError) -> tuple[str, str, str]:
         return "canceled", "canceled", str(cause) or "canceled"
     if isinstance(cause, TerminatedError):
         return "failed", "terminated", f"terminated by an operator: {cause}"
-    if isinstance(cause, TimeoutError):
+    if isinstance(cause, WorkflowTimeoutError):
         return "failed", "timed_out", f"the task's workflow timed out: {cause}"
     return "failed", "internal", str(cause)

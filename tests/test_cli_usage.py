@@ -114,6 +114,11 @@ async def test_a_session_id_the_gateway_could_not_address_is_refused(cli_env, se
         ({"ERRANDS_DATABASE_URL": "mysql://x"}, ["history", "s1"], "ERRANDS_DATABASE_URL"),
         ({"TEMPORAL_ADDRESS": "127.0.0.1:1"}, ["status", "x"], "TEMPORAL_ADDRESS"),
         ({"TEMPORAL_ADDRESS": "127.0.0.1:1"}, ["worker"], "TEMPORAL_ADDRESS"),
+        (
+            {"ERRANDS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},
+            ["worker"],
+            "ERRANDS_DATABASE_URL",
+        ),
     ],
     ids=[
         "dev-port",
@@ -123,6 +128,7 @@ async def test_a_session_id_the_gateway_could_not_address_is_refused(cli_env, se
         "database-url",
         "temporal-address",
         "worker-temporal-address",
+        "worker-database-refused",
     ],
 )
 async def test_a_configuration_mistake_is_one_line_naming_the_setting(

@@ -5,20 +5,18 @@ when nothing else is configured."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import psycopg
 from pydantic import ValidationError
 from temporalio.client import Client
 
 from errands.cli._output import note
-from errands.client import connect
+from errands.client import TemporalUnreachable, connect
 from errands.devserver import DevServer, DevServerError, port_open
 from errands.pricing import price_table
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore, open_store
+from errands.store import SessionStore, StoreUnavailable, open_store
 
 
 class UsageError(Exception):
@@ -49,20 +47,17 @@ def _problems(error: ValidationError) -> str:
 def open_session_store(settings: Settings) -> SessionStore:
     try:
         return open_store(settings.session_database_url())
-    except (ValueError, RuntimeError, OSError, sqlite3.Error, psycopg.Error) as error:
-        raise UsageError(
-            f"cannot open the session store: {error}; check ERRANDS_DATABASE_URL"
-        ) from None
+    except ValueError as error:
+        raise UsageError(f"{error}; check ERRANDS_DATABASE_URL") from None
+    except StoreUnavailable as error:
+        raise UsageError(str(error)) from None
 
 
 async def connect_temporal(address: str, namespace: str) -> Client:
     try:
         return await connect(address, namespace)
-    except RuntimeError as error:  # what Client.connect raises when it cannot connect
-        raise UsageError(
-            f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS, or "
-            "start the embedded stack with `errands dev`"
-        ) from None
+    except TemporalUnreachable as error:
+        raise UsageError(str(error)) from None
 
 
 @asynccontextmanager

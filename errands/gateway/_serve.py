@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from errands.client import connect
+from errands.client import TemporalUnreachable, connect
 from errands.devserver import port_open
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
@@ -87,11 +87,8 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
     with _listening_socket(host, port) as sock:
         try:
             client = await connect(address, settings.temporal_namespace)
-        except RuntimeError as error:  # what Client.connect raises when it cannot connect
-            raise ServeError(
-                f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS, "
-                "or start the embedded stack with `errands dev`"
-            ) from None
+        except TemporalUnreachable as error:
+            raise ServeError(str(error)) from None
         app = create_app(client, settings, token=token)
         log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
         await uvicorn.Server(_config(app, host, port)).serve(sockets=[sock])

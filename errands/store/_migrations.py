@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from errands.store._base import StoreUnavailable
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -102,7 +104,7 @@ def _check_order(migrations: tuple[Migration, ...]) -> None:
 
 def _check_not_newer(current: int, migrations: tuple[Migration, ...], where: str) -> None:
     if current > latest(migrations):
-        raise RuntimeError(
+        raise StoreUnavailable(
             f"the session store at {where} has schema version {current}, newer than the "
             f"{latest(migrations)} this errands knows; upgrade errands on this host"
         )

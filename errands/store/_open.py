@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from errands.store._base import SessionStore
+import sqlite3
+
+import psycopg
+
+from errands.store._base import SessionStore, StoreUnavailable
 from errands.store._postgres import PostgresStore
 from errands.store._sqlite import SqliteStore
 
@@ -16,11 +20,16 @@ def open_store(url: str) -> SessionStore:
     - ``sqlite:///abs/path.db``, ``sqlite://relative/path.db`` or a plain filesystem path: a
       SQLite file, its parent directories created.
     """
-    if url.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(url)
     path = sqlite_path(url)
-    assert path is not None
-    return SqliteStore(path)
+    try:
+        return PostgresStore(url) if path is None else SqliteStore(path)
+    except (OSError, sqlite3.Error, psycopg.Error) as error:
+        # One line, naming the setting to check. Not the URL: a PostgreSQL one may carry a
+        # password (the PostgreSQL store's own messages name it without).
+        reason = " ".join(str(error).split())
+        if "ERRANDS_DATABASE_URL" not in reason:
+            reason += "; check ERRANDS_DATABASE_URL"
+        raise StoreUnavailable(f"cannot open the session store: {reason}") from error
 
 
 def sqlite_path(url: str) -> str | None:

@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from errands.contracts import NewMessage, StoredMessage
+from errands.store._base import StoreUnavailable
 from errands.store._migrations import migrate_postgres
 from errands.store._pool import Pool
 
@@ -54,7 +55,7 @@ class PostgresStore:
             row = conn.execute("SELECT current_schema() AS schema").fetchone()
             schema = row["schema"] if row else None
             if schema is None:
-                raise RuntimeError(
+                raise StoreUnavailable(
                     f"the search_path of the session store {self._where()} names no existing "
                     "schema; create it first (CREATE SCHEMA <name>) or fix the URL's options"
                 )
