@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy errands workflows activities worker.py chaos bench
+	$(BIN)/mypy errands workflows activities worker.py chaos bench examples
 
 clean:
 	rm -rf $(VENV) .errands .pytest_cache

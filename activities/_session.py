@@ -71,6 +71,8 @@ class SessionActivities:
         reply = store.get(ids.reply_message_id(data.task_id))
         if reply is not None:
             state.reply = reply.text
+            if reply.meta.get("deterministic_join"):
+                state.join_reason = reply.meta.get("reason") or "no model could answer"
             return state
         ack = store.get(ids.ack_message_id(data.task_id, data.round))
         if ack is not None:
@@ -189,7 +191,7 @@ class SessionActivities:
                 kind="reply",
                 text=text,
                 task_id=data.task_id,
-                meta={"deterministic_join": True},
+                meta={"deterministic_join": True, "reason": data.reason},
             )
         )
         return row.text

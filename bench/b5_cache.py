@@ -32,7 +32,7 @@ from bench._harness import Stack, stack_for, wait_for
 from bench._model import ANSWER_LABEL, SIDE_MARKER, model_name
 from errands.activity_io import SideAnswer, SideQuestionInput
 from errands.scripted import RecordedRequest
-from errands.workflow_io import SideQuestion, TaskResult, TaskStatus
+from errands.workflow_io import SideQuestion, TaskResult
 
 TITLE = "B5 · prompt-cache friendliness"
 FULL: dict[str, Any] = {}
@@ -172,9 +172,9 @@ async def _finished(
     return {"from": "last round", "to": "side question", **compare(last, side_request(stack))}
 
 
-async def _parked(handle: Any) -> TaskStatus:
+async def _parked(handle: Any) -> TaskResult:
     for _ in range(600):
-        status: TaskStatus = await handle.query("status", result_type=TaskStatus)
+        status: TaskResult = await handle.query("status", result_type=TaskResult)
         if status.status == "waiting_for_user":
             return status
         await asyncio.sleep(0.1)

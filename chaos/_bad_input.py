@@ -28,8 +28,9 @@ from chaos._report import Outcome
 from chaos._stack import Stack
 from errands.asking import parse_ask_user, validate_answer
 from errands.contracts import ToolCall
-from errands.control import ControlCallError, parse_final_reply, pick_control_call
-from errands.workflow_io import SideQuestion, TaskResult, TaskStatus
+from errands.control import parse_final_reply, pick_control_call
+from errands.errors import ModelMistake
+from errands.workflow_io import SideQuestion, TaskResult
 
 
 def run_property(
@@ -119,7 +120,7 @@ class BadInput:
                 raise Violation("tasks not ended as expected", f"{handle.id} ended {result}")
             return
         self.count("answers rejected")
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query("status", result_type=TaskResult)
         pending = status.pending_question or {}
         if status.status != "waiting_for_user" or pending.get("id") != set_id:
             raise Violation(
@@ -135,9 +136,9 @@ class BadInput:
         if self._side is None:
             self._side = await parked_task(self.stack, self.queue, self.model)
         handle, set_id = self._side
-        session_id = (await handle.query("status", result_type=TaskStatus)).session_id
+        session_id = (await handle.query("status", result_type=TaskResult)).session_id
         before = await asyncio.to_thread(self._snapshot, session_id)
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query("status", result_type=TaskResult)
         self.model.side_mode = mode
         asked = [self._ask_side(handle, payload) for _ in range(2 if twice else 1)]
         answers = await asyncio.gather(*asked)
@@ -151,7 +152,7 @@ class BadInput:
         after = await asyncio.to_thread(self._snapshot, session_id)
         if after != before:
             raise Violation("property violations", f"side question {payload!r} changed the session")
-        now = await handle.query("status", result_type=TaskStatus)
+        now = await handle.query("status", result_type=TaskResult)
         if (now.status, now.steps, now.rounds) != (status.status, status.steps, status.rounds) or (
             (now.pending_question or {}).get("id") != set_id
         ):
@@ -214,7 +215,7 @@ def _expected_reply(calls: list[tuple[str, str]]) -> str:
     if picked is not None and picked[0] == "final_reply":
         try:
             return parse_final_reply(picked[1]).text
-        except (ControlCallError, RecursionError):
+        except (ModelMistake, RecursionError):
             pass
     return InputModel.RECOVERED
 

@@ -20,8 +20,8 @@ from temporalio.worker import Replayer
 from chaos._report import Outcome
 from errands import ids
 from errands.contracts import StoredMessage
+from errands.plugin import WORKFLOWS
 from errands.store import SessionStore
-from worker import WORKFLOWS
 
 _WFT_FAILED = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
 

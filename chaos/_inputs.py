@@ -17,7 +17,7 @@ from chaos._stack import Stack
 from chaos._strategies import QUESTION_SET
 from errands.scripted import Call, Fail, RecordedRequest, Reply, Step
 from errands.side_questions import FALLBACK_SYSTEM
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult, TaskStatus
+from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 
 _TAG = re.compile(r"chaos (parked|control) (\d+)")
 
@@ -111,7 +111,7 @@ async def parked_task(
         "TaskWorkflow", data, id=data.task_id, task_queue=queue, result_type=TaskResult
     )
     for _ in range(300):
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query("status", result_type=TaskResult)
         if status.status == "waiting_for_user" and status.pending_question:
             return handle, status.pending_question["id"]
         await asyncio.sleep(0.05)

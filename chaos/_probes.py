@@ -17,7 +17,7 @@ from chaos._inputs import InputModel, Violation, parked_task, processed, task_in
 from chaos._report import Outcome
 from chaos._stack import Stack
 from errands.scripted import Call, Fail, Reply
-from errands.workflow_io import TaskResult, TaskStatus
+from errands.workflow_io import TaskResult
 
 
 async def deeply_nested_arguments(stack: Stack, queue: str, model: InputModel) -> None:
@@ -96,7 +96,7 @@ async def signal_that_is_not_an_object(stack: Stack, queue: str, model: InputMod
     handle, set_id = await parked_task(stack, queue, model)
     await handle.signal("submit_answer", ["q1", "PostgreSQL"])
     await processed(handle)
-    status = await handle.query("status", result_type=TaskStatus)
+    status = await handle.query("status", result_type=TaskResult)
     await handle.execute_update(
         "answer_question", {"question_set_id": set_id, "status": "cancelled"}
     )

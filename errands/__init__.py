@@ -1,3 +1,152 @@
-"""errands: durable, delegated LLM tasks on Temporal."""
+"""errands: durable, delegated LLM tasks on Temporal.
+
+From Python::
+
+    import errands
+
+    client = await errands.Client.connect()
+    result = await client.run("Compare three databases")
+    print(result.reply)
+
+``errands.Client`` talks to tasks; ``errands.ErrandsPlugin`` puts errands' workflows and
+activities on your own Temporal worker, with your subtask types (``errands.SubtaskType``) and
+work tools (``errands.tool``). Every exception is in ``errands.errors``.
+
+Names load on first use: workflow code imports ``errands`` submodules, and importing this
+package must not drag the Temporal client, the provider SDKs or the store along.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from errands.activity_io import SideAnswer
+    from errands.client import Client, TaskHandle, TaskInfo
+    from errands.contracts import StoredMessage, ToolSpec
+    from errands.errors import (
+        AnswerRejected,
+        ConfigError,
+        Conflict,
+        DevServerError,
+        ErrandsError,
+        Failed,
+        FailureKind,
+        InvalidRequest,
+        ModelMistake,
+        NoWorker,
+        Refused,
+        SideQuestionFailed,
+        Stopped,
+        StoreUnavailable,
+        TaskEnded,
+        TaskFailed,
+        TaskNotFound,
+        TemporalUnreachable,
+        Unauthorized,
+        Unavailable,
+    )
+    from errands.plugin import ErrandsPlugin
+    from errands.progress import ProgressEvent
+    from errands.settings import Settings, load_settings
+    from errands.subtask_types import SubtaskType, WorkTool
+    from errands.tools import tool
+    from errands.workflow_io import AnswerReceipt, TaskError, TaskResult
 
 __version__ = "0.1.0"
+
+_ERRORS = (
+    "AnswerRejected",
+    "ConfigError",
+    "Conflict",
+    "DevServerError",
+    "ErrandsError",
+    "Failed",
+    "FailureKind",
+    "InvalidRequest",
+    "ModelMistake",
+    "NoWorker",
+    "Refused",
+    "SideQuestionFailed",
+    "Stopped",
+    "StoreUnavailable",
+    "TaskEnded",
+    "TaskFailed",
+    "TaskNotFound",
+    "TemporalUnreachable",
+    "Unauthorized",
+    "Unavailable",
+)
+_HOMES: dict[str, str] = {
+    "Client": "errands.client",
+    "TaskHandle": "errands.client",
+    "TaskInfo": "errands.client",
+    "ErrandsPlugin": "errands.plugin",
+    "SubtaskType": "errands.subtask_types",
+    "WorkTool": "errands.subtask_types",
+    "tool": "errands.tools",
+    "ToolSpec": "errands.contracts",
+    "StoredMessage": "errands.contracts",
+    "Settings": "errands.settings",
+    "load_settings": "errands.settings",
+    "TaskResult": "errands.workflow_io",
+    "TaskError": "errands.workflow_io",
+    "AnswerReceipt": "errands.workflow_io",
+    "SideAnswer": "errands.activity_io",
+    "ProgressEvent": "errands.progress",
+    **{name: "errands.errors" for name in _ERRORS},
+}
+
+__all__ = [
+    "AnswerReceipt",
+    "AnswerRejected",
+    "Client",
+    "ConfigError",
+    "Conflict",
+    "DevServerError",
+    "ErrandsError",
+    "ErrandsPlugin",
+    "Failed",
+    "FailureKind",
+    "InvalidRequest",
+    "ModelMistake",
+    "NoWorker",
+    "ProgressEvent",
+    "Refused",
+    "Settings",
+    "SideAnswer",
+    "SideQuestionFailed",
+    "Stopped",
+    "StoreUnavailable",
+    "StoredMessage",
+    "SubtaskType",
+    "TaskEnded",
+    "TaskError",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskResult",
+    "TemporalUnreachable",
+    "ToolSpec",
+    "Unauthorized",
+    "Unavailable",
+    "WorkTool",
+    "load_settings",
+    "tool",
+]
+"""Pinned by tests/test_public_api.py; ``_HOMES`` says where each name lives."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'errands' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

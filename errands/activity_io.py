@@ -33,6 +33,8 @@ class RoundState(BaseModel):
     """The session position this round renders up to."""
     reply: str | None = None
     """The task's stored reply, if a previous attempt already wrote it."""
+    join_reason: str | None = None
+    """Set when that reply is a deterministic join: why no model could answer."""
     ack: str | None = None
     ack_subtasks: list[SubtaskDraft] = Field(default_factory=list)
     ack_upto_seq: int | None = None
@@ -111,6 +113,8 @@ class RememberInput(BaseModel):
 class JoinInput(BaseModel):
     task_id: str
     session_id: str
+    reason: str = ""
+    """Why no model could answer; kept with the reply so a recovered task still says so."""
 
 
 class RecordBranchInput(BaseModel):

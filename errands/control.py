@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from errands import schema_check
 from errands.contracts import ToolCall, ToolSpec
+from errands.errors import ModelMistake
 from errands.subtask_types import SubtaskTypeInfo
 
 FINAL_REPLY = "final_reply"
@@ -53,10 +54,6 @@ class Rejection(BaseModel):
 
 
 Decision = ReplyDecision | DelegateDecision
-
-
-class ControlCallError(ValueError):
-    """A control call's arguments are wrong; the message is written for the model."""
 
 
 def final_reply_spec() -> ToolSpec:
@@ -151,7 +148,7 @@ def parse_final_reply(calls: list[ToolCall]) -> ReplyDecision:
     args = _arguments(calls[-1])
     text = args.get("text")
     if not isinstance(text, str) or not text.strip():
-        raise ControlCallError("final_reply: `text` must be a non-blank string.")
+        raise ModelMistake("final_reply: `text` must be a non-blank string.")
     return ReplyDecision(text=text.strip())
 
 
@@ -163,23 +160,23 @@ def parse_delegate(
     max_subtasks: int,
 ) -> DelegateDecision:
     if len(calls) > 1:
-        raise ControlCallError(
+        raise ModelMistake(
             f"delegate was called {len(calls)} times in one step. Delegate once, with every "
             "subtask this round needs."
         )
     args = _arguments(calls[0])
     reply = args.get("reply")
     if not isinstance(reply, str) or not reply.strip():
-        raise ControlCallError(
+        raise ModelMistake(
             "delegate: `reply` must be a non-blank acknowledgement for the user."
         )
     raw_subtasks = args.get("subtasks")
     if isinstance(raw_subtasks, str):
         raw_subtasks = _loads_or(raw_subtasks, raw_subtasks)
     if not isinstance(raw_subtasks, list) or not raw_subtasks:
-        raise ControlCallError("delegate: `subtasks` must be a list of 1 or more subtasks.")
+        raise ModelMistake("delegate: `subtasks` must be a list of 1 or more subtasks.")
     if len(raw_subtasks) > max_subtasks:
-        raise ControlCallError(
+        raise ModelMistake(
             f"delegate: {len(raw_subtasks)} subtasks given, at most {max_subtasks} are allowed "
             "in one round."
         )
@@ -191,8 +188,8 @@ def parse_delegate(
 def _parse_subtask(
     n: int, raw: Any, by_key: dict[str, SubtaskTypeInfo], catalog_size: int
 ) -> SubtaskDraft:
-    def fail(message: str) -> ControlCallError:
-        return ControlCallError(f"subtask {n}: {message}")
+    def fail(message: str) -> ModelMistake:
+        return ModelMistake(f"subtask {n}: {message}")
 
     if not isinstance(raw, dict):
         raise fail("must be an object with `type` and `prompt`.")
@@ -224,7 +221,7 @@ def _parse_subtask(
     if schema is not None:
         try:
             params = schema_check.check(schema, params)
-        except schema_check.SchemaError as error:
+        except ModelMistake as error:
             raise fail(str(error)) from None
     return SubtaskDraft(
         type=key, prompt=prompt.strip(), references=sorted(references), params=params
@@ -235,16 +232,16 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     try:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as error:
-        raise ControlCallError(
+        raise ModelMistake(
             f"{call.name}: the arguments are not valid JSON ({error.msg} at position "
             f"{error.pos}). Send a JSON object."
         ) from None
     except RecursionError:
-        raise ControlCallError(
+        raise ModelMistake(
             f"{call.name}: the arguments are nested too deeply to read. Send a flat JSON object."
         ) from None
     if not isinstance(args, dict):
-        raise ControlCallError(f"{call.name}: the arguments must be a JSON object.")
+        raise ModelMistake(f"{call.name}: the arguments must be a JSON object.")
     return args
 
 

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import IO, Self
 
+from errands.errors import DevServerError
+
 SEARCH_ATTRIBUTES: dict[str, str] = {
     "ErrandsState": "Keyword",
     "ErrandsWaitingForUser": "Bool",
@@ -33,15 +35,6 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 
 _TUNING = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 _SQLITE_PRAGMAS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
-
-
-class DevServerError(RuntimeError):
-    """The dev server could not start; the message says why and what to do. ``port`` is set
-    when the reason is a port that something else already listens on."""
-
-    def __init__(self, message: str, *, port: int | None = None) -> None:
-        super().__init__(message)
-        self.port = port
 
 
 def _installed_binary(name: str, package: str) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from errands.asking import OTHER_PREFIX
+from errands.errors import PickerClosed
 
 BOLD, DIM, YELLOW, RESET = "\x1b[1m", "\x1b[2m", "\x1b[33m", "\x1b[0m"
 HIDE_CURSOR, SHOW_CURSOR, CLEAR_BELOW = "\x1b[?25l", "\x1b[?25h", "\x1b[J"
@@ -34,14 +35,6 @@ CHOICE_KEYS = "Up/Down move, Enter pick, d dismiss, Esc cancel"
 MULTI_KEYS = "Up/Down move, Space toggle, Enter confirm, d dismiss, Esc cancel"
 NAMED_KEYS = {b"\r": "enter", b"\n": "enter", b" ": "space", b"\x7f": "backspace",
               b"\x08": "backspace", b"\x15": "ctrl-u"}  # fmt: skip
-
-
-class _Cancelled(Exception):
-    """Esc, Ctrl-C, or the terminal went away: nothing is answered."""
-
-
-class _Dismissed(Exception):
-    """``d``: answered with nothing chosen ("don't decide for me, let's talk")."""
 
 
 def pick_answer(
@@ -67,12 +60,13 @@ def pick_answer(
                 values = _ask_choice(screen, question, title)
             answers[question["id"]] = values
             screen.done(screen.fit(f"{question['header']}: " + (", ".join(values) or "-")))
-    except _Cancelled:
-        status, answers = "cancelled", {}
-        screen.done(f"{DIM}Question cancelled; nothing was answered.")
-    except _Dismissed:
-        answers = {question["id"]: [] for question in questions}
-        screen.done(f"{DIM}Dismissed without choosing anything.")
+    except PickerClosed as closed:
+        if closed.dismissed:  # "don't decide for me, let's talk"
+            answers = {question["id"]: [] for question in questions}
+            screen.done(f"{DIM}Dismissed without choosing anything.")
+        else:  # Esc, Ctrl-C, or the terminal went away: nothing is answered
+            status, answers = "cancelled", {}
+            screen.done(f"{DIM}Question cancelled; nothing was answered.")
     finally:
         screen.write(SHOW_CURSOR)
         termios.tcsetattr(fd, termios.TCSANOW, saved)
@@ -113,7 +107,7 @@ def _ask_choice(screen: _Screen, question: dict[str, Any], title: str) -> list[s
         elif key in ("down", "j"):
             cursor = (cursor + 1) % len(options)
         elif key == "d":
-            raise _Dismissed
+            raise PickerClosed(dismissed=True)
         elif multi and key == "space":
             if cursor in chosen:
                 chosen.pop(cursor)
@@ -210,11 +204,11 @@ class _Screen:
 
     def key(self) -> str:
         """The next key: a named key ("up", "enter", ...), one typed character, or "" for a key
-        the picker ignores. Esc and Ctrl-C raise ``_Cancelled`` wherever they are pressed."""
+        the picker ignores. Esc and Ctrl-C close the picker wherever they are pressed."""
         byte = self._byte()
         if byte == b"\x1b":
             if not self.pending and not select.select([self.fd], [], [], ESC_WAIT)[0]:
-                raise _Cancelled
+                raise PickerClosed(dismissed=False)
             if self._byte() not in (b"[", b"O"):
                 return ""  # Alt+key: not ours
             sequence = self._byte()
@@ -222,7 +216,7 @@ class _Screen:
                 sequence += self._byte()
             return {b"A": "up", b"B": "down"}.get(sequence[-1:], "")
         if byte == b"\x03":
-            raise _Cancelled
+            raise PickerClosed(dismissed=False)
         if byte in NAMED_KEYS:
             return NAMED_KEYS[byte]
         if byte[0] >= 0xC0:  # a UTF-8 lead byte: its count of leading 1 bits is the length
@@ -239,6 +233,6 @@ class _Screen:
             except OSError:  # EIO: the terminal was hung up
                 self.pending = b""
             if not self.pending:
-                raise _Cancelled
+                raise PickerClosed(dismissed=False)
         byte, self.pending = self.pending[:1], self.pending[1:]
         return byte

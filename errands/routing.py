@@ -21,7 +21,8 @@ from errands.providers import (
     openai_client,
 )
 from errands.scripted import ScriptedModelServer
-from errands.settings import DEMO_MODEL, Settings
+from errands.settings import Settings
+from errands.validation import check_model_spec
 
 
 @dataclass(frozen=True)
@@ -92,15 +93,12 @@ class ModelRouter:
 
 
 def parse_model(spec: str) -> tuple[str, str]:
-    """``openai:gpt-4.1`` → ("openai", "gpt-4.1"); ``demo`` → ("demo", "demo")."""
-    if spec == DEMO_MODEL:
-        return DEMO_MODEL, DEMO_MODEL
-    provider, sep, model = spec.partition(":")
-    if not sep or provider not in ("openai", "anthropic", DEMO_MODEL) or not model:
+    """``openai:gpt-4.1`` → ("openai", "gpt-4.1"); ``demo`` → ("demo", "demo").
+
+    Runs inside activities, so a bad spec is a non-retryable ``unknown_model`` failure."""
+    try:
+        return check_model_spec(spec)
+    except ValueError as error:
         raise ApplicationError(
-            f"model {spec!r} is not of the form provider:model with provider openai, anthropic "
-            "or demo (e.g. openai:gpt-4.1-mini); fix ERRANDS_MODEL or --model",
-            type="unknown_model",
-            non_retryable=True,
-        )
-    return provider, model
+            f"{error}; fix ERRANDS_MODEL or --model", type="unknown_model", non_retryable=True
+        ) from None

@@ -1,7 +1,8 @@
 """What every frontend (CLI, HTTP gateway) checks before it starts a task, so each refuses the
 same input with the same message, before anything is written.
 
-A model spec is checked with ``errands.routing.parse_model``, the same parser the worker uses.
+A model spec is checked by ``check_model_spec``: the settings, the frontends and the worker (through
+``errands.routing.parse_model``) all accept the same specs. This module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$"
 TASK_PATTERN = r"^[^/\s\x00-\x1f]{1,300}$"
 MAX_TEXT = 100_000
 """Characters of a task's text."""
+DEMO_MODEL = "demo"
+"""The offline model: the real OpenAI client against rules served on loopback."""
+MODEL_PROVIDERS = ("openai", "anthropic", DEMO_MODEL)
 
 
 def check_task_text(text: str) -> str:
@@ -35,3 +39,17 @@ def check_session_id(session_id: str) -> str:
             "starting with a letter or digit (for example s1 or project-x)"
         )
     return session_id
+
+
+def check_model_spec(spec: str) -> tuple[str, str]:
+    """``openai:gpt-4.1`` → ("openai", "gpt-4.1"); ``demo`` → ("demo", "demo"); ``ValueError``
+    saying what a model spec looks like otherwise."""
+    if spec == DEMO_MODEL:
+        return DEMO_MODEL, DEMO_MODEL
+    provider, sep, model = spec.partition(":")
+    if not sep or provider not in MODEL_PROVIDERS or not model:
+        raise ValueError(
+            f"model {spec!r} is not of the form provider:model with provider openai, anthropic "
+            "or demo (e.g. openai:gpt-4.1-mini)"
+        )
+    return provider, model

@@ -14,28 +14,12 @@ from pydantic import BaseModel, Field
 from errands.activity_io import RoundStepInput
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
+from errands.errors import FailureKind, TaskFailed
 from errands.pricing import ModelPrice
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
-
-ErrorKind = Literal[
-    "exhausted",
-    "credential",
-    "permission",
-    "unknown_model",
-    "invalid_request",
-    "payload_too_large",
-    "transient",
-    "internal",
-    "canceled",
-    "terminated",
-    "timed_out",
-]
-"""Why a task failed. Each kind but ``exhausted``/``internal``/``canceled``/``terminated``/
-``timed_out`` comes from a provider error classified in ``errands.providers.classify``; the last
-two are an operator's termination and a workflow timeout, which end a task without a result."""
 
 
 class RoundSettings(BaseModel):
@@ -99,22 +83,35 @@ class TaskInput(BaseModel):
     """Set by continue-as-new: where the previous run left off. Never the transcript."""
 
 
-class SlotResume(BaseModel):
-    """Where a round stood when the task continued as new while a question was pending."""
+class Slot(BaseModel):
+    """One model's attempt at a round, as far as it has got. The round decider steps it; while it
+    waits on the user it travels through continue-as-new as ``TaskState.resume``, so the next
+    run carries on where this one stopped. (The field names are those older runs carried.)"""
 
     round: int
     upto: int
+    """The session position the round renders up to."""
     final_reason: str | None = None
-    slot_index: int
-    repair: int
-    extra: list[Message]
+    """Why the round is final, when it is: decided once, as the round began."""
+    slot_index: int = 0
+    """0: the primary model, 1: the fallback."""
+    repair: int = 0
+    """Repairs of a rejected control call so far on this slot."""
+    extra: list[Message] = Field(default_factory=list)
     """The slot's own messages so far (repairs and tool exchanges of this round only)."""
-    steps_left: int
+    steps_left: int = 0
     reason: str | None = None
-    call: ToolCall
-    questions: QuestionSet
-    deadline: datetime
+    """Why this attempt's steps are final: the round's reason, or the user's dismissal."""
+    call: ToolCall | None = None
+    """While the slot waits on the user: the ``ask_user`` call the answer becomes the result of."""
+    questions: QuestionSet | None = None
+    """While the slot waits on the user: the question set pending."""
+    deadline: datetime | None = None
     """When the question expires, kept across runs so the durable timer does not restart."""
+
+    @property
+    def name(self) -> Literal["primary", "fallback"]:
+        return "fallback" if self.slot_index else "primary"
 
 
 class TaskState(BaseModel):
@@ -125,6 +122,9 @@ class TaskState(BaseModel):
     started_at: datetime | None = None
     round: int = 0
     rounds: int = 0
+    """Rounds run so far (see ``TaskResult.rounds``)."""
+    attempts: int = 0
+    """Decisions attempted so far (see ``TaskResult.attempts``)."""
     steps: int = 0
     ledger: UsageLedger = Field(default_factory=UsageLedger)
     advisor_uses: int = 0
@@ -134,43 +134,64 @@ class TaskState(BaseModel):
     last_signature: str = ""
     last_round: RoundStepInput | None = None
     answer_errors: list[str] = Field(default_factory=list)
-    resume: SlotResume | None = None
+    resume: Slot | None = None
+    """A round waiting on the user when the previous run handed over."""
     runs: int = 1
 
 
 class TaskError(BaseModel):
-    kind: ErrorKind
+    kind: FailureKind
     message: str
 
 
 class TaskResult(BaseModel):
+    """A task as every frontend shows it: the ``status`` query while it runs, the workflow's
+    result once it has ended (``errands status --json``, ``GET /v1/tasks/{id}``, ``Client``)."""
+
     task_id: str
     session_id: str
     status: TaskStatusName
     reply: str | None = None
+    replied_by: Literal["model", "join"] | None = None
+    """Who wrote the reply: a model's ``final_reply``, or the deterministic join of the completed
+    branches when no model could answer (``join_reason`` says why)."""
+    join_reason: str | None = None
     error: TaskError | None = None
     rounds: int = 0
+    """Rounds the task has run (a round retried after a provider outage counts once)."""
+    attempts: int = 0
+    """Decisions attempted: one per round, plus one per retry of a round that failed transiently."""
     steps: int = 0
+    """Model steps of the main agent, repairs included (the step budget counts these)."""
     usage: UsageLedger = Field(default_factory=UsageLedger)
     cost_usd: float = 0.0
     """The usage priced with the task's price table; models without a price count as 0."""
-    last_round: RoundStepInput | None = None
-    """The latest round's request, by reference: what a side question replays."""
-    side_question_model: str | None = None
-    side_question_timeout_seconds: float | None = None
-    """The task's side-question timeout, for side questions after it finished (None: the
-    result of a task from before it was recorded; the default applies)."""
-
-
-class TaskStatus(TaskResult):
-    """What ``errands status`` shows: the result so far, plus the live part."""
-
     round: int = 0
+    """The round in progress, or the last one once the task has ended."""
     phase: str = ""
     """What the task is doing right now, in a few words."""
     pending_question: dict[str, Any] | None = None
+    """The question set waiting for the user (``errands answer`` answers it)."""
     answer_errors: list[str] = Field(default_factory=list)
     """Answers sent by signal that were invalid and ignored, newest last."""
+    last_round: RoundStepInput | None = None
+    """The latest round's request, by reference (ids and positions): what a side question
+    replays, also after the task has ended."""
+    side_question_model: str | None = None
+    """The model that answers side questions about this task."""
+    side_question_timeout_seconds: float | None = None
+    """The task's side-question timeout, for side questions after it finished (None: the result
+    of a task from before it was recorded; the default applies)."""
+
+    def raise_for_status(self) -> TaskResult:
+        """This result if the task replied; ``errands.errors.TaskFailed`` otherwise."""
+        if self.status != "replied":
+            raise TaskFailed(self)
+        return self
+
+    def public(self) -> dict[str, Any]:
+        """The JSON every frontend prints, running or ended."""
+        return self.model_dump(mode="json")
 
 
 class SubtaskInput(BaseModel):

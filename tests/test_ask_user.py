@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
-from errands.workflow_io import TaskStatus
+from errands.workflow_io import TaskResult
 from tests.conftest import run_cli
 from tests.helpers import keep_history, start_task
 
@@ -41,9 +41,9 @@ def last_tool_result(request: RecordedRequest) -> str:
     return [m for m in request.body["messages"] if m["role"] == "tool"][-1]["content"]
 
 
-async def until_waiting(handle: WorkflowHandle[Any, Any]) -> TaskStatus:
+async def until_waiting(handle: WorkflowHandle[Any, Any]) -> TaskResult:
     for _ in range(300):
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query("status", result_type=TaskResult)
         if status.status == "waiting_for_user":
             return status
         await asyncio.sleep(0.1)
@@ -190,7 +190,7 @@ async def test_an_invalid_signal_is_recorded_and_the_question_stays_pending(
     await handle.signal("submit_answer", {"question_set_id": qs_id, "answers": {"q1": ["Oracle"]}})
     await handle.signal("submit_answer", {"question_set_id": "nope", "answers": {}})
     for _ in range(50):
-        status = await handle.query("status", result_type=TaskStatus)
+        status = await handle.query("status", result_type=TaskResult)
         if len(status.answer_errors) == 2:
             break
         await asyncio.sleep(0.1)
@@ -222,7 +222,7 @@ async def test_an_update_with_a_single_select_given_two_labels_is_rejected(
         await handle.execute_update(
             "answer_question", {"question_set_id": qs_id, "answers": {"q1": ["  "], "q9": ["x"]}}
         )
-    assert (await handle.query("status", result_type=TaskStatus)).status == "waiting_for_user"
+    assert (await handle.query("status", result_type=TaskResult)).status == "waiting_for_user"
     await handle.execute_update(
         "answer_question", {"question_set_id": qs_id, "answers": {"q1": "SQLite"}}
     )

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from errands.asking import (
     Answer,
-    AnswerError,
     Decision,
     QuestionSet,
     Similarity,
@@ -39,7 +38,7 @@ from errands.asking import (
     validate_answer,
 )
 from errands.contracts import ToolCall
-from errands.control import ControlCallError
+from errands.errors import AnswerRejected, ModelMistake
 
 SET_ID = "task-1/ask-1"
 
@@ -248,7 +247,7 @@ def test_blank_decision_id_and_new_evidence_count_as_absent() -> None:
 def test_an_invalid_question_is_rejected_with_its_position(
     questions: list[Any], message: str
 ) -> None:
-    with pytest.raises(ControlCallError, match=message):
+    with pytest.raises(ModelMistake, match=message):
         ask(*questions)
 
 
@@ -264,12 +263,12 @@ def test_an_invalid_question_is_rejected_with_its_position(
     ],
 )
 def test_malformed_arguments_are_rejected_for_the_model(arguments: str, message: str) -> None:
-    with pytest.raises(ControlCallError, match=message):
+    with pytest.raises(ModelMistake, match=message):
         parse_ask_user(ToolCall(id="c", name="ask_user", arguments=arguments), set_id=SET_ID)
 
 
 def test_a_duplicate_label_error_names_both_positions() -> None:
-    with pytest.raises(ControlCallError) as caught:
+    with pytest.raises(ModelMistake) as caught:
         ask(mc(options=("Fast", "Cheap", " fast ")))
     assert "options 1 and 3" in str(caught.value)
 
@@ -331,7 +330,7 @@ def test_labels_match_case_insensitively_and_are_stored_as_offered() -> None:
 
 
 def test_a_value_that_is_not_a_label_is_rejected_naming_the_offered_labels() -> None:
-    with pytest.raises(AnswerError) as caught:
+    with pytest.raises(AnswerRejected) as caught:
         validate_answer(ask(mc()), answer(q1=["NotALabel"]))
     message = str(caught.value)
     assert '"PostgreSQL", "SQLite"' in message
@@ -345,22 +344,22 @@ def test_free_text_prefixed_other_is_accepted_and_normalised() -> None:
 
 @pytest.mark.parametrize("value", ["Other", "other:", "Other:   "])
 def test_other_without_text_is_rejected(value: str) -> None:
-    with pytest.raises(AnswerError, match='write your own answer after "Other:"'):
+    with pytest.raises(AnswerRejected, match='write your own answer after "Other:"'):
         validate_answer(ask(mc()), answer(q1=[value]))
 
 
 def test_an_answer_for_another_question_set_names_the_pending_one() -> None:
-    with pytest.raises(AnswerError, match="waiting for an answer is 'task-1/ask-1'"):
+    with pytest.raises(AnswerRejected, match="waiting for an answer is 'task-1/ask-1'"):
         validate_answer(ask(mc()), {"question_set_id": "old", "answers": {"q1": ["SQLite"]}})
 
 
 def test_an_unknown_question_id_is_rejected_listing_the_real_ones() -> None:
-    with pytest.raises(AnswerError, match="no question 'q3'.*its questions are q1, q2"):
+    with pytest.raises(AnswerRejected, match="no question 'q3'.*its questions are q1, q2"):
         validate_answer(ask(mc(), mc("Which cache?", "Cache")), answer(q3=["Redis"]))
 
 
 def test_several_labels_on_a_single_select_question_are_rejected() -> None:
-    with pytest.raises(AnswerError, match="takes a single choice, but 2 were given"):
+    with pytest.raises(AnswerRejected, match="takes a single choice, but 2 were given"):
         validate_answer(ask(mc()), answer(q1=["PostgreSQL", "SQLite"]))
 
 
@@ -376,13 +375,13 @@ def test_a_repeated_label_counts_once() -> None:
 
 def test_a_required_question_left_blank_is_rejected() -> None:
     qs = ask(mc(), mc("Which cache?", "Cache", ("Redis", "None")))
-    with pytest.raises(AnswerError, match=r"q2 \(Cache\) needs an answer: choose one of"):
+    with pytest.raises(AnswerRejected, match=r"q2 \(Cache\) needs an answer: choose one of"):
         validate_answer(qs, answer(q1=["SQLite"]))
 
 
 def test_blank_strings_count_as_no_answer() -> None:
     qs = ask(mc(), mc("Which cache?", "Cache", ("Redis", "None")))
-    with pytest.raises(AnswerError, match="q2 .* needs an answer"):
+    with pytest.raises(AnswerRejected, match="q2 .* needs an answer"):
         validate_answer(qs, answer(q1=["SQLite"], q2=["  ", ""]))
 
 
@@ -410,7 +409,7 @@ def test_a_text_question_takes_any_text() -> None:
 
 
 def test_a_text_question_takes_one_text_only() -> None:
-    with pytest.raises(AnswerError, match="takes one written answer, but 2 were given"):
+    with pytest.raises(AnswerRejected, match="takes one written answer, but 2 were given"):
         validate_answer(ask(text_q("Name?")), answer(q1=["a", "b"]))
 
 
@@ -434,12 +433,12 @@ def test_an_answer_sent_as_json_text_is_read() -> None:
     ],
 )
 def test_a_malformed_answer_is_rejected_showing_the_expected_form(payload: Any) -> None:
-    with pytest.raises(AnswerError, match="not in the expected form.*question_set_id"):
+    with pytest.raises(AnswerRejected, match="not in the expected form.*question_set_id"):
         validate_answer(ask(mc()), payload)
 
 
 def test_an_answer_error_is_a_value_error() -> None:
-    assert issubclass(AnswerError, ValueError)
+    assert issubclass(AnswerRejected, ValueError)
 
 
 def test_an_answer_with_nothing_chosen_is_a_dismissal() -> None:
@@ -523,7 +522,7 @@ def test_a_record_that_does_not_validate_is_skipped() -> None:
 def test_an_unknown_cited_id_is_an_error_when_decisions_exist() -> None:
     decisions = remembered(ask(mc()), q1=["SQLite"])
     cited = ask(mc(), decision_id="dec-ffffffffffffffff", new_evidence="new facts")
-    with pytest.raises(ControlCallError) as caught:
+    with pytest.raises(ModelMistake) as caught:
         check_citation(cited, decisions)
     message = str(caught.value)
     assert "'dec-ffffffffffffffff' is not a decision of this session" in message
@@ -843,7 +842,7 @@ FAST = settings(max_examples=200, deadline=None, database=None)
 def _parse_or_control_error(arguments: str) -> QuestionSet | None:
     try:
         return parse_ask_user(ToolCall(id="c", name="ask_user", arguments=arguments), set_id=SET_ID)
-    except ControlCallError:
+    except ModelMistake:
         return None
 
 
@@ -914,7 +913,7 @@ ANSWER_LIKE = st.fixed_dictionaries(
 def test_validating_any_answer_raises_nothing_but_an_answer_error(payload: Any) -> None:
     try:
         validate_answer(PENDING, payload)
-    except AnswerError:
+    except AnswerRejected:
         pass
 
 
@@ -923,7 +922,7 @@ def test_validating_any_answer_raises_nothing_but_an_answer_error(payload: Any) 
 def test_a_cleaned_answer_is_accepted_unchanged(payload: Any) -> None:
     try:
         clean = clean_answer(PENDING, payload)
-    except AnswerError:
+    except AnswerRejected:
         return
     assert clean_answer(PENDING, clean) == clean
     assert clean_answer(PENDING, clean.model_dump()) == clean

@@ -8,13 +8,13 @@ import pytest
 
 from errands.contracts import ToolCall
 from errands.control import (
-    ControlCallError,
     delegate_spec,
     final_reply_spec,
     parse_delegate,
     parse_final_reply,
     pick_control_call,
 )
+from errands.errors import ModelMistake
 from errands.subtask_types import GENERAL
 from tests.plugins import RESEARCH
 
@@ -51,12 +51,12 @@ def test_a_repeated_final_reply_keeps_the_last_call() -> None:
 
 
 def test_a_blank_final_reply_is_rejected() -> None:
-    with pytest.raises(ControlCallError, match="non-blank"):
+    with pytest.raises(ModelMistake, match="non-blank"):
         parse_final_reply([call("final_reply", text="   ")])
 
 
 def test_malformed_arguments_are_rejected_with_the_json_error() -> None:
-    with pytest.raises(ControlCallError, match="not valid JSON"):
+    with pytest.raises(ModelMistake, match="not valid JSON"):
         parse_final_reply(
             [ToolCall(id="x", name="final_reply", arguments='{"text": "unterminated')]
         )
@@ -65,7 +65,7 @@ def test_malformed_arguments_are_rejected_with_the_json_error() -> None:
 def test_a_repeated_delegate_asks_for_one_call_with_every_subtask() -> None:
     one = call("delegate", reply="r", subtasks=[{"type": "general", "prompt": "p"}])
     with pytest.raises(
-        ControlCallError, match="Delegate once, with every subtask this round needs"
+        ModelMistake, match="Delegate once, with every subtask this round needs"
     ):
         parse_delegate([one, one], catalog_size=1, types=TYPES, max_subtasks=8)
 
@@ -94,12 +94,12 @@ def test_references_are_sorted() -> None:
     ],
 )
 def test_each_subtask_error_names_its_subtask(subtask: dict, message: str) -> None:
-    with pytest.raises(ControlCallError, match=message.replace("(", r"\(")):
+    with pytest.raises(ModelMistake, match=message.replace("(", r"\(")):
         delegate(subtask)
 
 
 def test_the_second_subtask_is_named_in_its_error() -> None:
-    with pytest.raises(ControlCallError, match="^subtask 2: "):
+    with pytest.raises(ModelMistake, match="^subtask 2: "):
         delegate({"type": "general", "prompt": "ok"}, {"type": "nope", "prompt": "p"})
 
 
@@ -112,12 +112,12 @@ def test_unknown_params_keys_are_dropped() -> None:
 
 def test_too_many_subtasks_are_rejected() -> None:
     subtasks = [{"type": "general", "prompt": f"p{i}"} for i in range(9)]
-    with pytest.raises(ControlCallError, match="at most 8"):
+    with pytest.raises(ModelMistake, match="at most 8"):
         delegate(*subtasks)
 
 
 def test_a_blank_acknowledgement_is_rejected() -> None:
-    with pytest.raises(ControlCallError, match="`reply` must be a non-blank"):
+    with pytest.raises(ModelMistake, match="`reply` must be a non-blank"):
         delegate({"type": "general", "prompt": "p"}, reply="  ")
 
 

@@ -13,6 +13,7 @@ from temporalio.worker import Worker
 from activities import SessionActivities
 from errands.activity_io import AppendReplyInput, OpenTaskInput, OpenTaskOutput
 from errands.contracts import NewMessage
+from errands.plugin import WORKFLOWS, build_activities
 from errands.routing import ModelRouter
 from errands.scripted import Call, Fail, Reply, ScriptedModelServer
 from errands.settings import Settings
@@ -29,7 +30,7 @@ from tests.helpers import (
     keep_history,
     start_task,
 )
-from worker import WORKFLOWS, build_activities, build_worker
+from worker import build_worker
 
 FAST = RoundSettings(model_max_attempts=4)
 

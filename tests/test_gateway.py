@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from errands.gateway import ServeError, check_binding, create_app, is_loopback, serve, serving
+from errands.client import Client as ErrandsClient
+from errands.errors import ConfigError
+from errands.gateway import check_binding, create_app, is_loopback, serve, serving
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
@@ -75,7 +77,7 @@ class Gateway:
 async def gateway(
     client: Client, settings: Settings, store: SessionStore, worker: Any
 ) -> AsyncIterator[Gateway]:
-    app = create_app(client, settings, token=None, store=store)
+    app = create_app(ErrandsClient(client, settings, store=store), token=None)
     async with serving(app) as url:
         yield Gateway(app, url)
 
@@ -408,7 +410,7 @@ async def test_a_side_question_to_a_task_no_worker_serves_is_a_503_naming_the_qu
     """Without a worker the update would wait for one for ever; the request must come back."""
     queue = f"nobody-{uuid.uuid4().hex[:6]}"
     lonely = settings.model_copy(update={"task_queue": queue})
-    app = create_app(client, lonely, token=None, store=store)
+    app = create_app(ErrandsClient(client, lonely, store=store), token=None)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as h:
         task = await start(h, session_id(), "anyone there?", "openai:gpt-gw-lonely")
         try:
@@ -572,7 +574,7 @@ async def test_malformed_requests_to_every_endpoint_get_a_4xx_and_change_nothing
 async def test_a_configured_token_is_required_on_every_api_call(
     client: Client, settings: Settings, store: SessionStore
 ) -> None:
-    app = create_app(client, settings, token="s3cret-token", store=store)
+    app = create_app(ErrandsClient(client, settings, store=store), token="s3cret-token")
     session = session_id()
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as h:
         for method, path, body in [
@@ -600,7 +602,7 @@ async def test_a_configured_token_is_required_on_every_api_call(
 
 
 def test_the_openapi_document_lists_every_operation() -> None:
-    app = create_app(None, Settings(), token=None)  # type: ignore[arg-type]
+    app = create_app(ErrandsClient(None, Settings()), token=None)
     paths = app.openapi()["paths"]
     assert set(paths) == {
         "/v1/sessions/{session_id}/tasks",
@@ -632,7 +634,7 @@ def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) ->
 
 
 async def test_the_gateway_refuses_to_bind_beyond_loopback_without_a_token() -> None:
-    with pytest.raises(ServeError, match="ERRANDS_API_TOKEN"):
+    with pytest.raises(ConfigError, match="ERRANDS_API_TOKEN"):
         await serve(Settings(), "0.0.0.0", 0, None)
     check_binding("0.0.0.0", "a-token")
     check_binding("127.0.0.1", None)

@@ -12,7 +12,7 @@ from temporalio.client import Client
 
 from errands.devserver import DevServer
 from errands.scripted import ScriptedModelServer
-from errands.workflow_io import TaskStatus
+from errands.workflow_io import TaskResult
 from tests.helpers import start_task
 from tests.test_ask_user import DATABASE, ask, final
 from tests.test_worker_crash import spawn_worker, worker_env
@@ -39,7 +39,7 @@ async def test_parked_tasks_resume_after_a_worker_restart(
     for _ in range(600):
         for handle in handles:
             if handle.id not in pending:
-                status = await handle.query("status", result_type=TaskStatus)
+                status = await handle.query("status", result_type=TaskResult)
                 if status.pending_question:
                     pending[handle.id] = status.pending_question["id"]
         if len(pending) == PARKED:

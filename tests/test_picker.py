@@ -134,7 +134,7 @@ def answer(term: Terminal, qs: QuestionSet) -> dict[str, Any]:
     payload = term.finish()
     assert termios.tcgetattr(term.slave) == term.before
     assert payload["question_set_id"] == qs.id
-    clean_answer(qs, payload)  # raises AnswerError if the workflow would reject it
+    clean_answer(qs, payload)  # raises AnswerRejected if the workflow would reject it
     return payload
 
 

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from chaos._strategies import QUESTION_SET, answer_shaped, control_calls, json_values, with_pending
 from errands.asking import (
-    AnswerError,
     QuestionSet,
     clean_answer,
     decision_id,
@@ -28,11 +27,11 @@ from errands.catalog import render_session
 from errands.contracts import StoredMessage, ToolCall
 from errands.control import (
     PRECEDENCE,
-    ControlCallError,
     parse_delegate,
     parse_final_reply,
     pick_control_call,
 )
+from errands.errors import AnswerRejected, ModelMistake
 from errands.subtask_types import GENERAL
 from tests.plugins import RESEARCH
 
@@ -62,7 +61,7 @@ def test_a_delegate_call_parses_to_valid_subtasks_or_to_an_error_for_the_model(
     calls = [c for c in calls_of(pairs) if c.name == "delegate"] or calls_of(pairs)[:1]
     try:
         decision = parse_delegate(calls, catalog_size=catalog_size, types=TYPES, max_subtasks=8)
-    except ControlCallError as error:
+    except ModelMistake as error:
         assert str(error).strip()
         return
     assert decision.reply == decision.reply.strip() and decision.reply
@@ -81,7 +80,7 @@ def test_a_final_reply_is_its_trimmed_non_blank_text_or_an_error(
 ) -> None:
     try:
         decision = parse_final_reply(calls_of(pairs))
-    except ControlCallError:
+    except ModelMistake:
         return
     assert decision.text and decision.text == decision.text.strip()
     assert json.loads(pairs[-1][1])["text"].strip() == decision.text
@@ -120,7 +119,7 @@ def test_an_ask_user_call_parses_to_a_well_formed_question_set_or_an_error(
         call = ToolCall(id="a", name="ask_user", arguments=arguments)
         try:
             questions = parse_ask_user(call, set_id="t-q1")
-        except ControlCallError as error:
+        except ModelMistake as error:
             assert str(error).strip()
             continue
         assert 1 <= len(questions.questions) <= 3
@@ -179,7 +178,7 @@ def test_an_answer_is_cleaned_into_offered_choices_or_refused_with_an_answer_err
     payload = with_pending(raw, PENDING.id)
     try:
         answer = clean_answer(PENDING, payload)
-    except AnswerError as error:
+    except AnswerRejected as error:
         assert str(error).strip()
         return
     assert answer.question_set_id == PENDING.id

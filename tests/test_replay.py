@@ -14,8 +14,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from errands.plugin import WORKFLOWS
 from tests.helpers import HISTORIES
-from worker import WORKFLOWS
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 

@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
-from errands.workflow_io import RoundSettings, TaskStatus
+from errands.workflow_io import RoundSettings, TaskResult
 from tests.conftest import run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
@@ -115,7 +115,7 @@ async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
     scripted.script("gpt-side", *[script] * 5)
     handle = await start_task(client, settings.task_queue, "Check the service", model=MODEL)
     await until(lambda: len(script.main_requests) == 2)
-    session_id = (await handle.query("status", result_type=TaskStatus)).session_id
+    session_id = (await handle.query("status", result_type=TaskResult)).session_id
     before = snapshot(store, session_id)
 
     answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
@@ -169,7 +169,7 @@ async def test_btw_while_the_task_waits_on_a_question(
     answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
     assert answered.json()["answer"] == "Waiting on you."
     assert snapshot(store, status.session_id) == before
-    assert (await handle.query("status", result_type=TaskStatus)).status == "waiting_for_user"
+    assert (await handle.query("status", result_type=TaskResult)).status == "waiting_for_user"
     await handle.execute_update(
         "answer_question",
         {"question_set_id": status.pending_question["id"], "answers": {"q1": ["PostgreSQL"]}},  # type: ignore[index]

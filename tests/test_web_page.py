@@ -17,6 +17,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 from temporalio.client import Client
 
+from errands.client import Client as ErrandsClient
 from errands.gateway import create_app, serving
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
@@ -60,7 +61,7 @@ def answer_branch(request: RecordedRequest) -> Reply:
 async def page_url(
     client: Client, settings: Settings, store: SessionStore, worker: Any
 ) -> AsyncIterator[str]:
-    app = create_app(client, settings, token=None, store=store)
+    app = create_app(ErrandsClient(client, settings, store=store), token=None)
     async with serving(app) as url:
         yield url
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -12,7 +13,10 @@ from temporalio.exceptions import (
     TimeoutError,
 )
 
-from workflows._options import NON_RECOVERABLE, raise_if_cancelled
+from workflows._options import raise_if_cancelled
+
+with workflow.unsafe.imports_passed_through():
+    from errands.errors import NON_RECOVERABLE
 
 
 @dataclass(frozen=True)

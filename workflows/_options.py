@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
-NON_RECOVERABLE = [
-    "credential",
-    "permission",
-    "unknown_model",
-    "invalid_request",
-    "payload_too_large",
-    "internal",
-]
-"""Kinds no retry or fallback can clear: the same dead credential would be presented again."""
+with workflow.unsafe.imports_passed_through():
+    from errands.errors import NON_RECOVERABLE
+
 
 STORE_TIMEOUT = timedelta(seconds=30)
 STORE_RETRY = RetryPolicy(
@@ -35,7 +30,7 @@ def model_retry(max_attempts: int) -> RetryPolicy:
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=60),
         maximum_attempts=max_attempts,
-        non_retryable_error_types=NON_RECOVERABLE,
+        non_retryable_error_types=list(NON_RECOVERABLE),
     )
 
 
@@ -44,7 +39,11 @@ STORE_CALLS_LOCAL = "store-calls-as-local-activities"
 instead of a round trip through the server each. Runs started before it replay the old way."""
 
 
-async def store_call(method: Any, arg: Any) -> Any:
+ArgT = TypeVar("ArgT")
+OutT = TypeVar("OutT")
+
+
+async def store_call(method: Callable[[Any, ArgT], Awaitable[OutT]], arg: ArgT) -> OutT:
     """A session-store activity: short, retried with backoff, never on a model's clock. A
     cancellation surfaces as one, so the workflow ends canceled rather than failed."""
     try:

@@ -1,8 +1,10 @@
 """One round's decision (SPEC §1): the primary and fallback slots, the repair ladder, the step
 budget, and the tools a step may call on the way (``ask_user``, ``advisor``).
 
-Deterministic code; every model call and store access is an activity. The slot's own messages
-(repairs, question and advisor exchanges) live only here and in activity inputs, never in the
+The decider says what happened and leaves the acting to the task: a decision, a failure, or
+``Waiting`` for the user, with the slot to hand back (with the answer) to carry on. Deterministic
+code; every model call and store access is an activity. The slot's own messages (repairs,
+question and advisor exchanges) live only in the slot and in activity inputs, never in the
 session.
 """
 
@@ -11,17 +13,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ConsultActivities, ModelActivities, SessionActivities
+    from activities import ModelActivities, SessionActivities
     from errands import ids, prompts
-    from errands.activity_io import AdvisorInput, RememberInput, RoundStepInput, SessionRef
-    from errands.advisor import ADVISOR_TOOL, error_result, limit_reached_result, parse_question
+    from errands.activity_io import RememberInput, RoundStepInput, SessionRef
+    from errands.advisor import ADVISOR_TOOL
     from errands.asking import (
+        Answer,
         QuestionSet,
         accepted_decision,
         check_citation,
@@ -38,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         ASK_USER,
         DELEGATE,
         FINAL_REPLY,
-        ControlCallError,
         Decision,
         DelegateDecision,
         Rejection,
@@ -47,101 +48,136 @@ with workflow.unsafe.imports_passed_through():
         parse_final_reply,
         pick_control_call,
     )
-    from errands.workflow_io import SlotResume, TaskInput, TaskState
+    from errands.errors import ModelMistake
+    from errands.workflow_io import Slot, TaskInput, TaskState
+    from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe
     from workflows._options import model_retry, store_call
 
-if TYPE_CHECKING:
-    from workflows._task import TaskWorkflow
-
 
 @dataclass
-class Slot:
-    """Where an attempt stands: enough to resume it in a new run while a question waits."""
+class Trail:
+    """What the round's earlier attempts left: their diagnostics, and whether any failed as
+    transient. Held in memory only: a run that picks up a waiting slot starts a fresh one."""
 
-    round: int
-    upto: int
-    final_reason: str | None
-    index: int
-    name: str
-    model: str
-    repair: int = 0
-    extra: list[Message] = field(default_factory=list)
-    steps_left: int = 0
-    reason: str | None = None
+    diagnostics: list[str] = field(default_factory=list)
+    any_transient: bool = False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The round waits for the user. Hand it back to ``RoundDecider.resume`` with the answer;
+    ``slot`` is what continue-as-new carries meanwhile."""
+
+    slot: Slot
+    trail: Trail = field(default_factory=Trail)
+
+    @property
+    def call(self) -> ToolCall:
+        assert self.slot.call is not None, "a waiting slot holds its ask_user call"
+        return self.slot.call
+
+    @property
+    def questions(self) -> QuestionSet:
+        assert self.slot.questions is not None, "a waiting slot holds its questions"
+        return self.slot.questions
+
+    @property
+    def deadline(self) -> datetime:
+        assert self.slot.deadline is not None, "a waiting slot holds its deadline"
+        return self.slot.deadline
+
+
+RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting
+Attempt = Decision | Rejection | Failure | Waiting
 
 
 class RoundDecider:
-    def __init__(self, task: TaskWorkflow) -> None:
-        self._task = task
+    """Decides a task's rounds. It is given the task's input and the state whose counters it
+    charges (steps, ledger, advisor uses, asks, the latest round request), never the workflow."""
 
-    @property
-    def _data(self) -> TaskInput:
-        return self._task.data
+    def __init__(self, data: TaskInput, state: TaskState) -> None:
+        self._data = data
+        self._state = state
+        self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
-    @property
-    def _state(self) -> TaskState:
-        return self._task.state
+    async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
+        slot = Slot(round=round_, upto=upto, final_reason=final_reason)
+        return await self._ladder(slot, Trail(), None)
 
-    async def decide(
-        self, round_: int, upto: int, final_reason: str | None, resume: SlotResume | None = None
-    ) -> Decision | Failure:
-        data, settings = self._data, self._data.settings
-        models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
-        diagnostics: list[str] = []
-        any_transient = False
-        for index, model in enumerate(models):
-            if resume is not None and index < resume.slot_index:
-                continue
-            slot = Slot(round_, upto, final_reason, index, ("primary", "fallback")[index], model)
-            if resume is not None:
-                slot.repair, slot.extra = resume.repair, list(resume.extra)
+    async def resume(self, waiting: Waiting, answer: Answer | None) -> RoundOutcome:
+        """Carry on a waiting slot with the user's answer (None: nobody answered in time): the
+        answer becomes the call's tool result, then the attempt steps on."""
+        slot, call, questions = waiting.slot, waiting.call, waiting.questions
+        slot.call, slot.questions, slot.deadline = None, None, None
+        dismissed = await self._record_answer(slot, call, questions, answer)
+        if dismissed:
+            # One last step, and the round ends with a short reply.
+            slot.reason, slot.steps_left = prompts.DISMISSED_REASON, 1
+        result = await self._steps(slot, dismissed=dismissed)
+        return await self._ladder(slot, waiting.trail, result)
+
+    async def _ladder(self, slot: Slot, trail: Trail, result: Attempt | None) -> RoundOutcome:
+        """The repair ladder on each slot in turn, from ``slot`` on. ``result`` is the attempt a
+        resumed slot has just finished; otherwise each rung makes an attempt of its own."""
+        data, settings, state = self._data, self._data.settings, self._state
+        while True:
+            model = self._models[slot.slot_index]
             while slot.repair <= settings.max_repairs:
-                if resume is None and self._state.steps > settings.step_budget:
-                    # One step past the allowance is the most a round may take.
-                    diagnostics.append(f"{slot.name} ({model}): the step budget is spent")
+                if result is None:
+                    if state.steps > settings.step_budget:
+                        # One step past the allowance is the most a round may take.
+                        trail.diagnostics.append(f"{slot.name} ({model}): the step budget is spent")
+                        break
+                    result = await self._attempt(slot)
+                outcome, result = result, None
+                if isinstance(outcome, Waiting):
+                    return Waiting(slot, trail)
+                if isinstance(outcome, (ReplyDecision, DelegateDecision)):
+                    return outcome
+                if isinstance(outcome, Failure):
+                    if outcome.non_recoverable:
+                        return outcome
+                    trail.any_transient = trail.any_transient or outcome.transient
+                    trail.diagnostics.append(f"{slot.name} ({model}): {outcome.message}")
                     break
-                result = await self._attempt(slot, resume)
-                resume = None
-                if isinstance(result, (ReplyDecision, DelegateDecision)):
-                    return result
-                if isinstance(result, Failure):
-                    if result.non_recoverable:
-                        return result
-                    any_transient = any_transient or result.transient
-                    diagnostics.append(f"{slot.name} ({model}): {result.message}")
-                    break
-                diagnostics.append(
-                    f"{slot.name} ({model}, attempt {slot.repair + 1}): {result.error}"
+                trail.diagnostics.append(
+                    f"{slot.name} ({model}, attempt {slot.repair + 1}): {outcome.error}"
                 )
-                if slot.repair == settings.max_repairs or self._state.steps >= settings.step_budget:
+                if slot.repair == settings.max_repairs or state.steps >= settings.step_budget:
                     break
                 slot.extra = slot.extra + _repair_exchange(
-                    ids.repair_call_id(data.task_id, round_, slot.name, slot.repair), result
+                    ids.repair_call_id(data.task_id, slot.round, slot.name, slot.repair), outcome
                 )
                 slot.repair += 1
-        if any_transient:
-            return Failure("transient", "; ".join(diagnostics))
+            if slot.slot_index + 1 == len(self._models):
+                break
+            slot = Slot(
+                round=slot.round,
+                upto=slot.upto,
+                final_reason=slot.final_reason,
+                slot_index=slot.slot_index + 1,
+            )
+        if trail.any_transient:
+            return Failure("transient", "; ".join(trail.diagnostics))
         return Failure(
-            "exhausted", f"round {round_} found no usable decision: " + "; ".join(diagnostics)
+            "exhausted",
+            f"round {slot.round} found no usable decision: " + "; ".join(trail.diagnostics),
         )
 
-    async def _attempt(
-        self, slot: Slot, resume: SlotResume | None
-    ) -> Decision | Rejection | Failure:
-        """One try on one model: steps until a control call ends the round or the steps run
-        out. Every step is charged to the budget, failed ones included."""
-        data, settings, state = self._data, self._data.settings, self._state
+    async def _attempt(self, slot: Slot) -> Attempt:
+        """A fresh try on the slot's model, with the steps the budget leaves it."""
         slot.reason = slot.final_reason
-        slot.steps_left = 1 if slot.reason else max(1, settings.step_budget - state.steps)
-        dismissed = False
-        if resume is not None:
-            # The previous run was waiting on this question: wait on, then carry on stepping.
-            slot.reason, slot.steps_left = resume.reason, resume.steps_left
-            resumed = await self._answered(slot, resume.call, resume.questions, resume.deadline)
-            dismissed = resumed == "dismissed"
-            if dismissed:
-                slot.reason, slot.steps_left = prompts.DISMISSED_REASON, 1
+        slot.steps_left = (
+            1 if slot.reason else max(1, self._data.settings.step_budget - self._state.steps)
+        )
+        return await self._steps(slot, dismissed=False)
+
+    async def _steps(self, slot: Slot, *, dismissed: bool) -> Attempt:
+        """Steps until a control call ends the round, a question waits for the user, or the
+        steps run out. Every step is charged to the budget, failed ones included."""
+        data, settings, state = self._data, self._data.settings, self._state
+        model = self._models[slot.slot_index]
         while slot.steps_left > 0:
             slot.steps_left -= 1
             final = slot.reason is not None
@@ -159,7 +195,7 @@ class RoundDecider:
                 round=slot.round,
                 upto_seq=slot.upto,
                 slot=slot.name,
-                model=slot.model,
+                model=model,
                 final_reason=slot.reason,
                 work_tools=follow_up,
                 extra=list(slot.extra),
@@ -173,13 +209,13 @@ class RoundDecider:
                     step,
                     start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
                     retry_policy=model_retry(settings.model_max_attempts),
-                    summary=f"round {slot.round} · {slot.name} · {slot.model}"
+                    summary=f"round {slot.round} · {slot.name} · {model}"
                     + (" · final" if final else ""),
                 )
             except ActivityError as error:
                 failure = describe(error, settings.model_max_attempts)
                 state.ledger.charge(
-                    "rounds", slot.model, calls=failure.attempts, failed_calls=failure.attempts
+                    "rounds", model, calls=failure.attempts, failed_calls=failure.attempts
                 )
                 if dismissed:
                     return ReplyDecision(text=prompts.DISMISSED_REPLY)
@@ -187,7 +223,7 @@ class RoundDecider:
             response = out.response
             state.ledger.charge(
                 "rounds",
-                slot.model,
+                model,
                 response.usage,
                 calls=out.attempt,
                 failed_calls=out.attempt - 1,
@@ -201,14 +237,13 @@ class RoundDecider:
                     return decision
                 return ReplyDecision(text=prompts.DISMISSED_REPLY)
             if isinstance(decision, ToolCall) and decision.name == ADVISOR_TOOL:
-                await self._consult(step, decision, slot)
+                result = await consult_advisor(data, state, step, decision)
+                _append_exchange(slot, decision, ADVISOR_TOOL, result)
                 continue
             if isinstance(decision, ToolCall):
-                outcome = await self._ask(slot, decision)
-                if isinstance(outcome, Rejection):
-                    return outcome
-                if outcome == "dismissed":
-                    dismissed, slot.reason, slot.steps_left = True, prompts.DISMISSED_REASON, 1
+                asked = await self._ask(slot, decision)
+                if asked is not None:
+                    return asked
                 continue
             if decision is not None:
                 return decision
@@ -248,18 +283,17 @@ class RoundDecider:
                 types=self._state.types,
                 max_subtasks=self._data.settings.max_subtasks,
             )
-        except ControlCallError as error:
+        except ModelMistake as error:
             # A repeated final_reply is judged by its last call, everything else by its first.
             subject = chosen[-1] if name == FINAL_REPLY else chosen[0]
             return Rejection(call=subject, error=str(error))
 
     # -- ask_user ---------------------------------------------------------------------------
 
-    async def _ask(
-        self, slot: Slot, call: ToolCall
-    ) -> Rejection | Literal["dismissed", "answered"]:
-        """Put a question to the user, or answer it from memory, and append the exchange to
-        the slot's messages (never to the session). A bad call comes back to be repaired."""
+    async def _ask(self, slot: Slot, call: ToolCall) -> Rejection | Waiting | None:
+        """Put a question to the user (the slot then waits), or answer it from memory or
+        headlessly and carry on (None). A bad call comes back to be repaired. Every exchange
+        goes to the slot's messages, never to the session."""
         data = self._data
         self._state.asks += 1
         try:
@@ -268,24 +302,25 @@ class RoundDecider:
                 SessionActivities.recall_decisions, SessionRef(session_id=data.session_id)
             )
             check_citation(questions, decisions)
-        except ControlCallError as error:
+        except ModelMistake as error:
             return Rejection(call=call, error=str(error))
         remembered = None if questions.reopens else find_remembered(questions, decisions)
         if remembered is not None:
             _append_exchange(slot, call, ASK_USER, remembered_result(remembered))
-            return "answered"
+            return None
         if data.headless:
             _append_exchange(slot, call, ASK_USER, headless_result(questions))
-            return "answered"
-        deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
-        return await self._answered(slot, call, questions, deadline)
+            return None
+        slot.call, slot.questions = call, questions
+        slot.deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
+        return Waiting(slot)
 
-    async def _answered(
-        self, slot: Slot, call: ToolCall, questions: QuestionSet, deadline: datetime
-    ) -> Literal["dismissed", "answered"]:
-        """Wait for the user (durably, across runs), then record what the model reads."""
+    async def _record_answer(
+        self, slot: Slot, call: ToolCall, questions: QuestionSet, answer: Answer | None
+    ) -> bool:
+        """Remember an accepted decision and give the model what the user said; True when the
+        user dismissed the question (chose nothing at all)."""
         data = self._data
-        answer = await self._task.wait_for_answer(slot, call, questions, deadline)
         if answer is None:
             result = timed_out_result(data.settings.ask_timeout_hours)
         else:
@@ -301,50 +336,7 @@ class RoundDecider:
                     ),
                 )
         _append_exchange(slot, call, ASK_USER, result)
-        dismissed = answer is not None and answer.status == "answered" and is_dismissal(answer)
-        return "dismissed" if dismissed else "answered"
-
-    # -- the advisor ------------------------------------------------------------------------
-
-    async def _consult(self, step: RoundStepInput, call: ToolCall, slot: Slot) -> None:
-        """Ask the advisor and append its result as the call's tool result. Over the limit no
-        model is called; a failed or empty consultation does not use up the limit."""
-        data, settings, state = self._data, self._data.settings, self._state
-        model = data.advisor_model or data.model
-        if state.advisor_uses >= settings.advisor_limit:
-            result = limit_reached_result(model, limit=settings.advisor_limit)
-        else:
-            try:
-                out = await workflow.execute_activity_method(
-                    ConsultActivities.consult_advisor,
-                    AdvisorInput(
-                        round=step,
-                        question=parse_question(call.arguments),
-                        model=model,
-                        uses=state.advisor_uses,
-                        limit=settings.advisor_limit,
-                    ),
-                    start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
-                    retry_policy=model_retry(settings.model_max_attempts),
-                    summary=f"round {step.round} · advisor · {model}",
-                )
-            except ActivityError as error:
-                failure = describe(error, settings.model_max_attempts)
-                state.ledger.charge(
-                    "advisor", model, calls=failure.attempts, failed_calls=failure.attempts
-                )
-                result = error_result(
-                    model, failure.message, uses=state.advisor_uses, limit=settings.advisor_limit
-                )
-            else:
-                state.ledger.charge(
-                    "advisor", model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
-                )
-                result = out.result
-                if result.type == "advice":
-                    state.advisor_uses += 1
-        # The JSON says whether it is an error, so the result shape stays parseable.
-        _append_exchange(slot, call, ADVISOR_TOOL, result.to_tool_text())
+        return answer is not None and answer.status == "answered" and is_dismissal(answer)
 
 
 def _append_exchange(slot: Slot, call: ToolCall, tool: str, result: str) -> None:

@@ -26,7 +26,6 @@ offered) before the 2-4 option count is checked.
 from errands.asking._answers import (
     OTHER_PREFIX,
     Answer,
-    AnswerError,
     AnswerStatus,
     clean_answer,
     is_dismissal,
@@ -66,7 +65,6 @@ from errands.asking._results import (
 __all__ = [
     "OTHER_PREFIX",
     "Answer",
-    "AnswerError",
     "AnswerStatus",
     "Decision",
     "Option",

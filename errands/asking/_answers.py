@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from errands.asking._questions import OTHER_LABEL, Question, QuestionSet
+from errands.errors import AnswerRejected
 
 AnswerStatus = Literal["answered", "cancelled"]
 
@@ -19,10 +20,6 @@ EXPECTED_FORM = (
     '{"question_set_id": "...", "status": "answered" or "cancelled", '
     '"answers": {"q1": ["an offered label" or "Other: your own words"]}}'
 )
-
-
-class AnswerError(ValueError):
-    """An answer that cannot be accepted; the message tells the person answering what to fix."""
 
 
 class Answer(BaseModel):
@@ -49,7 +46,7 @@ def is_dismissal(answer: Answer) -> bool:
 
 
 def validate_answer(qs: QuestionSet, answer: Answer | Mapping[str, Any] | Any) -> None:
-    """Raise ``AnswerError`` unless ``answer`` can be accepted for the pending ``qs``."""
+    """Raise ``AnswerRejected`` unless ``answer`` can be accepted for the pending ``qs``."""
     clean_answer(qs, answer)
 
 
@@ -58,7 +55,7 @@ def clean_answer(qs: QuestionSet, answer: Answer | Mapping[str, Any] | Any) -> A
     spelled as offered, free text as ``Other: <text>``, and every question id present."""
     given = _as_answer(answer)
     if given.question_set_id != qs.id:
-        raise AnswerError(
+        raise AnswerRejected(
             f"This answer is for question set {given.question_set_id!r}, but the question "
             f"waiting for an answer is {qs.id!r}. Answer {qs.id!r} instead."
         )
@@ -67,7 +64,7 @@ def clean_answer(qs: QuestionSet, answer: Answer | Mapping[str, Any] | Any) -> A
     known = [q.id for q in qs.questions]
     for question_id in given.answers:
         if question_id not in known:
-            raise AnswerError(
+            raise AnswerRejected(
                 f"There is no question {question_id!r} in question set {qs.id!r}; its "
                 f"questions are {', '.join(known)}."
             )
@@ -75,7 +72,7 @@ def clean_answer(qs: QuestionSet, answer: Answer | Mapping[str, Any] | Any) -> A
     if any(chosen.values()):  # all empty is a dismissal, which is a valid answer
         for q in qs.questions:
             if q.required and not chosen[q.id]:
-                raise AnswerError(f"{_name(q)} needs an answer: {how_to_answer(q)}.")
+                raise AnswerRejected(f"{_name(q)} needs an answer: {how_to_answer(q)}.")
     return Answer(question_set_id=qs.id, status="answered", answers=chosen)
 
 
@@ -99,14 +96,14 @@ def _clean_values(q: Question, values: list[str]) -> list[str]:
     present = [value.strip() for value in values if value.strip()]
     if q.type == "text":
         if len(present) > 1:
-            raise AnswerError(
+            raise AnswerRejected(
                 f"{_name(q)} takes one written answer, but {len(present)} were given. Send "
                 "them as one text."
             )
         return present
     chosen = list(dict.fromkeys(_choice(q, value) for value in present))
     if len(chosen) > 1 and not q.multi_select:
-        raise AnswerError(
+        raise AnswerRejected(
             f"{_name(q)} takes a single choice, but {len(chosen)} were given: "
             f"{_quoted(chosen)}. Pick one."
         )
@@ -121,11 +118,11 @@ def _choice(q: Question, value: str) -> str:
     if text:
         return f"{OTHER_PREFIX} {text}"
     if text is not None or value.casefold() == OTHER_LABEL.casefold():
-        raise AnswerError(
+        raise AnswerRejected(
             f'{_name(q)}: write your own answer after "{OTHER_PREFIX}", for example '
             f'"{OTHER_PREFIX} something else entirely".'
         )
-    raise AnswerError(
+    raise AnswerRejected(
         f"{_name(q)}: {value!r} is not one of the offered options ({_quoted(q.labels())}). To "
         f'answer in your own words, send it as "{OTHER_PREFIX} {value}".'
     )
@@ -141,7 +138,7 @@ def _as_answer(answer: Any) -> Answer:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the answer"
-        raise AnswerError(
+        raise AnswerRejected(
             f"The answer is not in the expected form ({where}: {first['msg']}). Send "
             f"{EXPECTED_FORM}."
         ) from None

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError, computed_field
 from errands.asking._answers import Answer, clean_answer, is_dismissal
 from errands.asking._questions import Question, QuestionSet
 from errands.asking._results import answer_lines
-from errands.control import ControlCallError
+from errands.errors import ModelMistake
 
 SHARED_HEADER_OPTIONS = 0.5
 SHARED_HEADER_TERMS = 0.45
@@ -73,7 +73,7 @@ class Similarity(BaseModel):
 def accepted_decision(qs: QuestionSet, answer: Answer | Mapping[str, Any]) -> Decision | None:
     """What to remember for this answer, or None: a cancel or a dismissal decides nothing.
 
-    Raises ``AnswerError`` for an answer that ``validate_answer`` would reject."""
+    Raises ``AnswerRejected`` for an answer that ``validate_answer`` would reject."""
     clean = clean_answer(qs, answer)
     if clean.status != "answered" or is_dismissal(clean):
         return None
@@ -92,7 +92,7 @@ def check_citation(qs: QuestionSet, decisions: Mapping[str, Decision | Mapping[s
     if not cited or not records or cited in records:
         return
     known = "; ".join(f"{d.decision_id} ({', '.join(d.headers)})" for d in records.values())
-    raise ControlCallError(
+    raise ModelMistake(
         f"ask_user: decision_id {cited!r} is not a decision of this session. Its decisions are: "
         f"{known}. To reopen one, cite its exact decision_id with new_evidence; to ask "
         "something new, leave decision_id out."

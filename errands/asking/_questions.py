@@ -1,5 +1,5 @@
 """The ``ask_user`` tool: its model-facing schema, and the parsing that turns a call into a
-``QuestionSet`` or a ``ControlCallError`` the model can repair."""
+``QuestionSet`` or a ``ModelMistake`` the model can repair."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, computed_field
 
 from errands.contracts import ToolCall, ToolSpec
-from errands.control import ASK_USER, ControlCallError
+from errands.control import ASK_USER
+from errands.errors import ModelMistake
 
 QuestionType = Literal["multiple_choice", "text"]
 
@@ -22,7 +23,7 @@ OTHER_LABEL = "Other"
 HEADER_DEFAULT_LENGTH = 24
 NOT_BLANK = r"\S"
 
-_Fail = Callable[[str], ControlCallError]
+_Fail = Callable[[str], ModelMistake]
 
 
 class Option(BaseModel):
@@ -204,11 +205,11 @@ def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
     args = _arguments(call)
     raw_questions = _maybe_json(args.get("questions"))
     if not isinstance(raw_questions, list):
-        raise ControlCallError(
+        raise ModelMistake(
             f"ask_user: `questions` must be a list of 1 to {MAX_QUESTIONS} question objects."
         )
     if not 1 <= len(raw_questions) <= MAX_QUESTIONS:
-        raise ControlCallError(
+        raise ModelMistake(
             f"ask_user: {len(raw_questions)} questions given; ask 1 to {MAX_QUESTIONS} in one "
             "call (only the ones whose answers you need now)."
         )
@@ -222,8 +223,8 @@ def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
 
 
 def _parse_question(n: int, raw: Any) -> Question:
-    def fail(message: str) -> ControlCallError:
-        return ControlCallError(f"question {n}: {message}")
+    def fail(message: str) -> ModelMistake:
+        return ModelMistake(f"question {n}: {message}")
 
     if not isinstance(raw, dict):
         raise fail(
@@ -332,7 +333,7 @@ def _optional_text(args: dict[str, Any], key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ControlCallError(f"ask_user: `{key}` must be text.")
+        raise ModelMistake(f"ask_user: `{key}` must be text.")
     return value.strip() or None
 
 
@@ -340,17 +341,17 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     try:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as error:
-        raise ControlCallError(
+        raise ModelMistake(
             f"ask_user: the arguments are not valid JSON ({error.msg} at position {error.pos}). "
             "Send a JSON object with `questions`."
         ) from None
     except RecursionError:
-        raise ControlCallError(
+        raise ModelMistake(
             "ask_user: the arguments are nested too deeply to read. Send a plain JSON object "
             "with `questions`."
         ) from None
     if not isinstance(args, dict):
-        raise ControlCallError("ask_user: the arguments must be a JSON object with `questions`.")
+        raise ModelMistake("ask_user: the arguments must be a JSON object with `questions`.")
     return args
 
 

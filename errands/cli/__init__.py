@@ -1,7 +1,8 @@
 """errands: run a task, wait for it, show its status and a session's history, run the stack.
 
 Every command that prints state has --json. Exit codes: 0 done, 1 the task failed or was
-canceled, 2 bad usage, bad configuration or a rejected request (the reason is on stderr).
+canceled, 2 bad usage, bad configuration, a refused request or a service that did not answer
+(the reason is on stderr).
 """
 
 from __future__ import annotations
@@ -14,30 +15,42 @@ import sys
 from collections.abc import Awaitable
 
 from errands.cli import _commands as commands
-from errands.cli._stack import UsageError
+from errands.errors import ErrandsError, Stopped, TaskEnded, TaskFailed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-class _Stopped(Exception):
-    """SIGTERM or SIGHUP stopped the command (exit code 128 + the signal's number)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(asyncio.run(_stoppable(args.handler(args))) or 0)
-    except UsageError as error:
-        print(f"errands: {error}", file=sys.stderr)
-        return 2
+    except Stopped as stopped:
+        return 128 + stopped.signum
+    except ErrandsError as error:
+        print(f"errands: {_message(error)}", file=sys.stderr)
+        return exit_code(error)
     except KeyboardInterrupt:
         return 130
-    except _Stopped as stopped:
-        return 128 + stopped.signum
+
+
+def exit_code(error: ErrandsError) -> int:
+    """The one mapping of errands' errors to exit codes: 1 a task failed, 128 + N a signal
+    stopped the command, 2 anything else (configuration, refusal, a service not answering)."""
+    if isinstance(error, TaskFailed):
+        return 1
+    if isinstance(error, Stopped):
+        return 128 + error.signum
+    return 2
+
+
+def _message(error: ErrandsError) -> str:
+    """The error as one line, with the command that helps next where there is one."""
+    if isinstance(error, TaskEnded):
+        return (
+            f"task {error.task_id} has already ended ({error.ended}); {error.consequence}. "
+            f"`errands status {error.task_id}` shows its result"
+        )
+    return " ".join(error.message.split())
 
 
 async def _stoppable(command: Awaitable[int | None]) -> int | None:
@@ -58,7 +71,7 @@ async def _stoppable(command: Awaitable[int | None]) -> int | None:
         return await command
     except asyncio.CancelledError:
         if received:
-            raise _Stopped(received[0]) from None
+            raise Stopped(received[0], signal.Signals(received[0]).name) from None
         raise
     finally:
         for signum in STOP_SIGNALS:
@@ -114,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
     btw.add_argument("question")
     btw.add_argument("--json", action="store_true")
     btw.set_defaults(handler=commands.btw)
+
+    config = sub.add_parser("config", help="print the effective settings (secrets masked)")
+    config.add_argument("--json", action="store_true")
+    config.set_defaults(handler=commands.config)
 
     history = sub.add_parser("history", help="show a session's messages")
     history.add_argument("session")

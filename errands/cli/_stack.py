@@ -1,6 +1,5 @@
-"""The CLI's configuration and stack: settings, the session store and Temporal, checked so a
-mistake is one line naming what to fix (exit code 2), and the embedded dev server and worker
-when nothing else is configured."""
+"""The CLI's configuration and stack: the settings, and an ``errands.Client`` on the configured
+Temporal, or on the embedded dev server and worker when nothing else is configured."""
 
 from __future__ import annotations
 
@@ -8,72 +7,45 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from pydantic import ValidationError
-from temporalio.client import Client
-
 from errands.cli._output import note
-from errands.client import TemporalUnreachable, connect
-from errands.devserver import DevServer, DevServerError, port_open
-from errands.pricing import price_table
-from errands.settings import Settings, load_settings
-from errands.store import SessionStore, StoreUnavailable, open_store
-
-
-class UsageError(Exception):
-    """A mistake in how the command was called or configured; printed, exit code 2."""
-
-
-def configured_settings(**overrides: object) -> Settings:
-    """The settings from the environment (and flags); a bad value is a UsageError naming it."""
-    try:
-        settings = load_settings(**overrides)
-    except ValidationError as error:
-        raise UsageError(f"bad configuration: {_problems(error)}; fix or unset it") from None
-    try:
-        price_table(settings.prices)  # read per task; a typo should not wait for the first one
-    except ValidationError as error:
-        raise UsageError(f"ERRANDS_PRICES has a bad price: {_problems(error)}") from None
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    return settings
-
-
-def _problems(error: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in e['loc'])}: {e['msg'].lower()}" for e in error.errors()
-    )
+from errands.client import Client, connect
+from errands.devserver import DevServer, port_open
+from errands.errors import ConfigError, DevServerError
+from errands.settings import Settings
+from errands.store import SessionStore, open_store, sqlite_path
 
 
 def open_session_store(settings: Settings) -> SessionStore:
+    """The session store the worker writes to, created if it is not there yet."""
+    url = settings.session_database_url()
     try:
-        return open_store(settings.session_database_url())
+        sqlite_path(url)
     except ValueError as error:
-        raise UsageError(f"{error}; check ERRANDS_DATABASE_URL") from None
-    except StoreUnavailable as error:
-        raise UsageError(str(error)) from None
-
-
-async def connect_temporal(address: str, namespace: str) -> Client:
-    try:
-        return await connect(address, namespace)
-    except TemporalUnreachable as error:
-        raise UsageError(str(error)) from None
+        raise ConfigError(
+            f"{error}; check ERRANDS_DATABASE_URL", setting="ERRANDS_DATABASE_URL"
+        ) from None
+    return open_store(url)
 
 
 @asynccontextmanager
 async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[Client]:
     """A client, starting the embedded dev server and a worker when nothing is configured."""
     if settings.temporal_address:
-        yield await connect_temporal(settings.temporal_address, settings.temporal_namespace)
+        temporal = await connect(settings.temporal_address, settings.temporal_namespace)
+        async with Client(temporal, settings) as client:
+            yield client
         return
     if port_open("127.0.0.1", settings.dev_port):
         # Someone's `errands dev` is running: it has the worker.
-        yield await connect_temporal(f"127.0.0.1:{settings.dev_port}", settings.temporal_namespace)
+        temporal = await connect(f"127.0.0.1:{settings.dev_port}", settings.temporal_namespace)
+        async with Client(temporal, settings) as client:
+            yield client
         return
     if not need_worker_here:
-        raise UsageError(
+        raise ConfigError(
             "no Temporal server is configured or running; set TEMPORAL_ADDRESS or start the "
-            "embedded stack with `errands dev`"
+            "embedded stack with `errands dev`",
+            setting="TEMPORAL_ADDRESS",
         )
     from worker import build_worker
 
@@ -81,9 +53,9 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
     try:
         note(f"errands: starting the embedded Temporal dev server (data in {settings.data_dir}/)")
         async with dev_server(settings) as server:
-            client = await connect_temporal(server.address, settings.temporal_namespace)
-            async with build_worker(client, settings, store=store):
-                yield client
+            temporal = await connect(server.address, settings.temporal_namespace)
+            async with build_worker(temporal, settings, store=store):
+                yield Client(temporal, settings, store=store)
     finally:
         store.close()
 
@@ -102,11 +74,15 @@ async def dev_server(settings: Settings) -> AsyncIterator[DevServer]:
     starting = asyncio.ensure_future(asyncio.to_thread(server.start))
     try:
         await asyncio.shield(starting)
-    except (DevServerError, FileNotFoundError) as error:
+    except DevServerError as error:
         hint = ""
-        if isinstance(error, DevServerError) and error.port is not None:
+        if error.port is not None:
             hint = " (ERRANDS_DEV_PORT and ERRANDS_DEV_UI_PORT, or `errands dev --port --ui-port`)"
-        raise UsageError(f"cannot start the embedded Temporal dev server: {error}{hint}") from None
+        raise DevServerError(
+            f"cannot start the embedded Temporal dev server: {error}{hint}", port=error.port
+        ) from None
+    except FileNotFoundError as error:
+        raise ConfigError(f"cannot start the embedded Temporal dev server: {error}") from None
     except asyncio.CancelledError:
         await asyncio.wait([starting])
         await asyncio.to_thread(server.stop)

@@ -17,13 +17,11 @@ only binds to loopback. Refusals are 4xx with ``{"detail": "<what to fix>"}``.
 
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
-from errands.gateway._progress import ProgressEvent, ProgressHub
-from errands.gateway._serve import ServeError, check_binding, serve, serving
+from errands.gateway._progress import ProgressHub
+from errands.gateway._serve import check_binding, serve, serving
 
 __all__ = [
-    "ProgressEvent",
     "ProgressHub",
-    "ServeError",
     "check_binding",
     "create_app",
     "is_loopback",

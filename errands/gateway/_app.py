@@ -1,5 +1,6 @@
 """The HTTP gateway: every operation of the CLI as JSON, live progress as server-sent events, and
-the web page. ``create_app`` builds it around a connected Temporal client."""
+the web page. ``create_app`` builds it around an ``errands.Client``; every handler is a call of
+it, and every refusal one of ``errands.errors`` (mapped to a status in ``_errors``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Path, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from temporalio.client import Client
 
+from errands.client import Client
 from errands.gateway._auth import BearerGuard
 from errands.gateway._errors import install_handlers
 from errands.gateway._models import (
@@ -30,11 +31,9 @@ from errands.gateway._models import (
     SideQuestionRequest,
     TaskCreated,
 )
-from errands.gateway._progress import ProgressEvent, ProgressHub, SnapshotSource
-from errands.gateway._tasks import TaskOps
-from errands.settings import Settings
-from errands.store import SessionStore, open_store
-from errands.workflow_io import TaskStatus
+from errands.gateway._progress import ProgressHub
+from errands.progress import ProgressEvent
+from errands.workflow_io import TaskResult
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -57,40 +56,11 @@ REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class _Store:
-    """The session store, opened on first use and closed with the app."""
-
-    def __init__(self, settings: Settings, store: SessionStore | None) -> None:
-        self._settings = settings
-        self._store = store
-        self._owned = store is None
-
-    def __call__(self) -> SessionStore:
-        if self._store is None:
-            self._store = open_store(self._settings.session_database_url())
-        return self._store
-
-    def close(self) -> None:
-        if self._owned and self._store is not None:
-            self._store.close()
-            self._store = None
-
-
-def create_app(
-    client: Client,
-    settings: Settings,
-    *,
-    token: str | None,
-    store: SessionStore | None = None,
-    progress_interval: float = 0.25,
-) -> FastAPI:
+def create_app(client: Client, *, token: str | None, progress_interval: float = 0.25) -> FastAPI:
     """The gateway. ``token``: require ``Authorization: Bearer <token>`` on every API call (the
-    page and the OpenAPI document stay public; they hold no data). ``store``: a session store to
-    share (default: opened from ``settings``). ``progress_interval``: seconds between polls of a
-    watched task."""
-    ops = TaskOps(client, settings)
-    sessions = _Store(settings, store)
-    hub = ProgressHub(SnapshotSource(ops, sessions), interval=progress_interval)
+    page and the OpenAPI document stay public; they hold no data). ``progress_interval``:
+    seconds between reads of a watched task."""
+    hub = ProgressHub(client, interval=progress_interval)
     guard = BearerGuard(token)
 
     @asynccontextmanager
@@ -99,7 +69,6 @@ def create_app(
             yield
         finally:
             await hub.aclose()
-            sessions.close()
 
     app = FastAPI(
         title="errands gateway",
@@ -122,17 +91,23 @@ def create_app(
         summary="Start a task in a session",
     )
     async def start_task(session_id: SessionId, body: NewTask) -> TaskCreated:
-        task_id = await ops.start(session_id, body)
-        return TaskCreated(task_id=task_id, session_id=session_id)
+        handle = await client.start(
+            body.text,
+            session=session_id,
+            model=body.model,
+            fallback_model=body.fallback_model,
+            headless=body.headless,
+        )
+        return TaskCreated(task_id=handle.task_id, session_id=session_id)
 
     @app.get(
         "/v1/tasks/{task_id}",
-        responses={200: {"model": TaskStatus}, **REFUSALS},
+        responses={200: {"model": TaskResult}, **REFUSALS},
         dependencies=api,
         summary="A task's state: the fields of `errands status --json`",
     )
     async def task_state(task_id: TaskId) -> JSONResponse:
-        return JSONResponse(await ops.state(task_id))
+        return JSONResponse((await client.task(task_id).status()).public())
 
     @app.post(
         "/v1/tasks/{task_id}/answer",
@@ -142,7 +117,12 @@ def create_app(
         summary="Answer the task's pending question",
     )
     async def answer(task_id: TaskId, body: AnswerRequest) -> AnswerAccepted:
-        receipt = await ops.answer(task_id, body)
+        cancelled = body.status == "cancelled"
+        receipt = await client.task(task_id).answer(
+            None if cancelled else body.answers,
+            cancel=cancelled,
+            question_set_id=body.question_set_id,
+        )
         return AnswerAccepted(
             task_id=task_id, question_set_id=receipt.question_set_id, status=receipt.status
         )
@@ -155,7 +135,7 @@ def create_app(
         summary="Ask a side question; the task is not disturbed",
     )
     async def side_question(task_id: TaskId, body: SideQuestionRequest) -> SideAnswerOut:
-        answer = await ops.side_question(task_id, body.question)
+        answer = await client.task(task_id).btw(body.question)
         return SideAnswerOut(task_id=task_id, **answer.model_dump())
 
     @app.post(
@@ -167,7 +147,7 @@ def create_app(
         summary="Cancel a running task",
     )
     async def cancel(task_id: TaskId) -> CancelRequested:
-        await ops.cancel(task_id)
+        await client.task(task_id).cancel()
         return CancelRequested(task_id=task_id)
 
     @app.get(
@@ -181,10 +161,10 @@ def create_app(
         session_id: SessionId,
         after: Annotated[int, Query(ge=0, description="Only messages with a larger seq.")] = 0,
     ) -> Messages:
-        rows = await asyncio.to_thread(sessions().list_session, session_id)
+        rows = await client.history(session_id, after=after)
         return Messages(
             session_id=session_id,
-            messages=[MessageOut.model_validate(r.model_dump()) for r in rows if r.seq > after],
+            messages=[MessageOut.model_validate(r.model_dump()) for r in rows],
         )
 
     @app.get(
@@ -204,7 +184,7 @@ def create_app(
         task_id: TaskId,
         last_event_id: Annotated[str | None, Header(max_length=300)] = None,
     ) -> Response:
-        await ops.describe(task_id)  # an unknown task is a 404 here, not an empty stream
+        await client.task(task_id).describe()  # an unknown task is a 404, not an empty stream
         if last_event_id == "end":
             return Response(status_code=204)  # tells an EventSource not to reconnect
         return StreamingResponse(

@@ -7,7 +7,7 @@ import secrets
 
 from fastapi import Request
 
-from errands.gateway._errors import ApiError
+from errands.errors import Unauthorized
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -41,17 +41,14 @@ class BearerGuard:
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
-            raise ApiError(
-                401,
+            raise Unauthorized(
                 "this gateway needs a token: send the header `Authorization: Bearer <token>` "
-                "with the value of ERRANDS_API_TOKEN",
-                headers={"WWW-Authenticate": "Bearer"},
+                "with the value of ERRANDS_API_TOKEN"
             )
         # Constant-time, so the token cannot be guessed byte by byte from response times.
         if not secrets.compare_digest(given.strip().encode(), self._token.encode()):
-            raise ApiError(
-                401,
+            raise Unauthorized(
                 "the bearer token is wrong; send `Authorization: Bearer <token>` with the value "
                 "of ERRANDS_API_TOKEN the gateway was started with",
-                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+                challenge='Bearer error="invalid_token"',
             )

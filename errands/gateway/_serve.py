@@ -12,11 +12,13 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from errands.client import TemporalUnreachable, connect
+from errands.client import Client, connect
 from errands.devserver import port_open
+from errands.errors import ConfigError
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
 from errands.settings import Settings
+from errands.store import open_store
 from errands.telemetry import configure_logging
 
 log = logging.getLogger("errands.gateway")
@@ -25,16 +27,13 @@ GRACEFUL_SECONDS = 3
 """Open progress streams are cut after this long at shutdown instead of holding it up."""
 
 
-class ServeError(Exception):
-    """The gateway refuses to start as asked; the message says what to change."""
-
-
 def check_binding(host: str, token: str | None) -> None:
     if not token and not is_loopback(host):
-        raise ServeError(
+        raise ConfigError(
             f"refusing to serve on {host} without a token: anyone who can reach it could run "
             "tasks. Set ERRANDS_API_TOKEN (clients send `Authorization: Bearer <token>`), or "
-            "bind to 127.0.0.1"
+            "bind to 127.0.0.1",
+            setting="ERRANDS_API_TOKEN",
         )
 
 
@@ -59,7 +58,7 @@ async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Async
     while not server.started:
         if task.done():
             await task  # raises why it could not start
-            raise ServeError(f"the gateway could not listen on {host}:{port}")
+            raise ConfigError(f"the gateway could not listen on {host}:{port}")
         await asyncio.sleep(0.02)
     try:
         yield _url(server.servers[0].sockets[0])
@@ -72,26 +71,26 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
     """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
     in the foreground until interrupted. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
     check_binding(host, token)
-    try:
-        configure_logging(settings.log_level, json=settings.log_json)
-    except ValueError as error:
-        raise ServeError(str(error)) from None
+    configure_logging(settings.log_level, json=settings.log_json)
     address = settings.temporal_address
     if not address:
         if not port_open("127.0.0.1", settings.dev_port):
-            raise ServeError(
+            raise ConfigError(
                 "no Temporal server is configured or running; set TEMPORAL_ADDRESS or start "
-                "the embedded stack with `errands dev`"
+                "the embedded stack with `errands dev`",
+                setting="TEMPORAL_ADDRESS",
             )
         address = f"127.0.0.1:{settings.dev_port}"
     with _listening_socket(host, port) as sock:
+        temporal = await connect(address, settings.temporal_namespace)
+        # The gateway and its workers share the store: open it (creating it) up front.
+        store = open_store(settings.session_database_url())
         try:
-            client = await connect(address, settings.temporal_namespace)
-        except TemporalUnreachable as error:
-            raise ServeError(str(error)) from None
-        app = create_app(client, settings, token=token)
-        log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
-        await uvicorn.Server(_config(app, host, port)).serve(sockets=[sock])
+            app = create_app(Client(temporal, settings, store=store), token=token)
+            log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
+            await uvicorn.Server(_config(app, host, port)).serve(sockets=[sock])
+        finally:
+            store.close()
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
@@ -105,11 +104,11 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
-            raise ServeError(
+            raise ConfigError(
                 f"port {port} on {host} is already in use; stop whatever listens there or "
                 "choose another port with --port"
             ) from None
-        raise ServeError(
+        raise ConfigError(
             f"cannot listen on {host}:{port} ({error.strerror or error}); check --host and --port"
         ) from None
     return sock

@@ -15,7 +15,6 @@ from errands.providers._anthropic import (
     anthropic_response,
 )
 from errands.providers._errors import (
-    ProviderErrorKind,
     classify_provider_error,
     missing_credentials,
 )
@@ -41,7 +40,6 @@ __all__ = [
     "AnthropicMessagesProvider",
     "OpenAIChatProvider",
     "Provider",
-    "ProviderErrorKind",
     "anthropic_client",
     "anthropic_params",
     "anthropic_response",

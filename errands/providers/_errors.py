@@ -1,7 +1,8 @@
 """Retry posture for provider failures, decided here and nowhere else (DESIGN invariant 3).
 
 The SDK clients run with their own retries off, so every failure reaches this function once per
-activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one of these kinds::
+activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one of these kinds
+(``errands.errors.PROVIDER_KINDS``)::
 
     transient          timeouts, connection errors, 408/409/429/5xx, overloaded
                        -> retried by the activity retry policy, honouring retry-after
@@ -21,21 +22,13 @@ import math
 import re
 import time
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import anthropic
 import openai
 from temporalio.exceptions import ApplicationError
 
-ProviderErrorKind = Literal[
-    "transient",
-    "credential",
-    "permission",
-    "unknown_model",
-    "payload_too_large",
-    "invalid_request",
-    "internal",
-]
+from errands.errors import FailureKind
 
 _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
@@ -158,7 +151,7 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
 
 
 def _failure(
-    kind: ProviderErrorKind,
+    kind: FailureKind,
     provider: str,
     message: str,
     *,

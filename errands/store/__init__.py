@@ -4,6 +4,6 @@ PostgreSQL, chosen by URL (``ERRANDS_DATABASE_URL``)."""
 from __future__ import annotations
 
 from errands.store._base import SessionStore
-from errands.store._open import StoreUnavailable, open_store, sqlite_path
+from errands.store._open import open_store, sqlite_path
 
-__all__ = ["SessionStore", "StoreUnavailable", "open_store", "sqlite_path"]
+__all__ = ["SessionStore", "open_store", "sqlite_path"]

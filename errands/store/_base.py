@@ -7,11 +7,6 @@ from typing import Any, Protocol
 from errands.contracts import NewMessage, StoredMessage
 
 
-class StoreUnavailable(RuntimeError):
-    """The database behind a usable URL could not be opened (a ValueError means the URL itself
-    is not one the store can use)."""
-
-
 class SessionStore(Protocol):
     """Every method is synchronous and thread-safe; activities call them from worker threads.
 

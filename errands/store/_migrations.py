@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from errands.store._base import StoreUnavailable
+from errands.errors import StoreUnavailable
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import sqlite3
 
 import psycopg
 
-from errands.store._base import SessionStore, StoreUnavailable
+from errands.errors import StoreUnavailable
+from errands.store._base import SessionStore
 from errands.store._postgres import PostgresStore
 from errands.store._sqlite import SqliteStore
 

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from errands.contracts import NewMessage, StoredMessage
-from errands.store._base import StoreUnavailable
+from errands.errors import StoreUnavailable
 from errands.store._migrations import migrate_postgres
 from errands.store._pool import Pool
 

@@ -1,0 +1,126 @@
+"""errands as a library: the public names, one home for every exception, and frontends that
+reach Temporal only through ``errands.Client``."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import errands
+from errands import errors
+from tests.conftest import ROOT
+
+PUBLIC = [
+    "AnswerReceipt",
+    "AnswerRejected",
+    "Client",
+    "ConfigError",
+    "Conflict",
+    "DevServerError",
+    "ErrandsError",
+    "ErrandsPlugin",
+    "Failed",
+    "FailureKind",
+    "InvalidRequest",
+    "ModelMistake",
+    "NoWorker",
+    "ProgressEvent",
+    "Refused",
+    "Settings",
+    "SideAnswer",
+    "SideQuestionFailed",
+    "Stopped",
+    "StoreUnavailable",
+    "StoredMessage",
+    "SubtaskType",
+    "TaskEnded",
+    "TaskError",
+    "TaskFailed",
+    "TaskHandle",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskResult",
+    "TemporalUnreachable",
+    "ToolSpec",
+    "Unauthorized",
+    "Unavailable",
+    "WorkTool",
+    "load_settings",
+    "tool",
+]
+CODE = [ROOT / "errands", ROOT / "workflows", ROOT / "activities", ROOT / "worker.py"]
+
+
+def python_files(*roots: Path) -> list[Path]:
+    return sorted(
+        path
+        for root in roots
+        for path in ([root] if root.is_file() else root.rglob("*.py"))
+    )
+
+
+def test_the_public_api_is_pinned() -> None:
+    assert errands.__all__ == PUBLIC
+    for name in PUBLIC:
+        assert getattr(errands, name) is not None, name
+
+
+def test_importing_errands_loads_neither_the_temporal_client_nor_the_provider_sdks() -> None:
+    """Workflow code imports errands' modules; the package itself must stay light."""
+    probe = "import sys, errands; print(sorted(m for m in ('openai', 'anthropic', "
+    probe += "'temporalio.client', 'errands.client') if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_errands_exception_class_lives_in_errands_errors() -> None:
+    known = {"Exception", "BaseException", "ValueError", "RuntimeError", "TypeError"}
+    known |= {name for name in dir(errors) if isinstance(getattr(errors, name), type)}
+    elsewhere = []
+    for path in python_files(*CODE):
+        if path == ROOT / "errands" / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases}
+                if bases & known or any(b.endswith(("Error", "Exception")) for b in bases):
+                    elsewhere.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert elsewhere == []
+
+
+def test_the_exception_tree_splits_by_blame() -> None:
+    for cls in (errors.TemporalUnreachable, errors.StoreUnavailable, errors.NoWorker):
+        assert issubclass(cls, errors.Unavailable)
+    for cls in (errors.TaskNotFound, errors.TaskEnded, errors.AnswerRejected):
+        assert issubclass(cls, errors.Refused)
+    assert issubclass(errors.TaskFailed, errors.Failed)
+    every = [getattr(errors, n) for n in errors.__all__ if isinstance(getattr(errors, n), type)]
+    assert all(issubclass(cls, errors.ErrandsError) for cls in every)
+
+
+def test_the_failure_kinds_are_one_list_for_results_providers_and_retries() -> None:
+    from errands.workflow_io import TaskError
+
+    kinds = TaskError.model_fields["kind"].annotation
+    assert set(errors.FAILURE_KINDS) == set(kinds.__args__)  # type: ignore[union-attr]
+    assert set(errors.PROVIDER_KINDS) <= set(errors.FAILURE_KINDS)
+    assert set(errors.NON_RECOVERABLE) <= set(errors.PROVIDER_KINDS)
+    assert "transient" not in errors.NON_RECOVERABLE
+
+
+def test_nothing_under_the_cli_or_the_gateway_imports_the_temporal_client() -> None:
+    offenders = []
+    for path in python_files(ROOT / "errands" / "cli", ROOT / "errands" / "gateway"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "temporalio.client" or n.startswith("temporalio.client.") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

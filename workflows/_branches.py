@@ -1,0 +1,111 @@
+"""A delegating round's branches (SPEC §1): every subtask a child workflow, all started at once;
+a child that fails is recorded as a failed branch the model can read, never failing its siblings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import SessionActivities
+    from errands import ids
+    from errands.activity_io import BranchOutcome, RecordBranchInput
+    from errands.control import DelegateDecision, SubtaskDraft
+    from errands.workflow_io import SubtaskInput, TaskInput, TaskState
+    from workflows._failures import describe
+    from workflows._options import store_call
+    from workflows._subtask import SubtaskWorkflow
+
+
+def thread_id(round_: int, ordinal: int) -> str:
+    """A branch's child workflow id, which is also its thread's id in the store."""
+    return ids.child_workflow_id(workflow.info().workflow_id, round_, ordinal)
+
+
+def to_start(
+    decision: DelegateDecision, done: dict[int, BranchOutcome]
+) -> list[tuple[int, SubtaskDraft]]:
+    """The round's subtasks (by ordinal, from 1) whose branch has not finished yet."""
+    return [(k, d) for k, d in enumerate(decision.subtasks, 1) if k not in done]
+
+
+async def run_branches(
+    data: TaskInput,
+    state: TaskState,
+    round_: int,
+    upto: int,
+    todo: list[tuple[int, SubtaskDraft]],
+    done: dict[int, BranchOutcome],
+) -> list[BranchOutcome]:
+    """Run ``todo`` beside the branches already ``done``; every outcome, in ordinal order. The
+    children's usage is charged to ``state.ledger``."""
+    # Started together: one workflow task emits every child's start command.
+    started = await asyncio.gather(*(_branch(data, state, round_, upto, k, d) for k, d in todo))
+    return sorted([*done.values(), *started], key=lambda b: b.ordinal)
+
+
+async def _branch(
+    data: TaskInput, state: TaskState, round_: int, upto: int, ordinal: int, draft: SubtaskDraft
+) -> BranchOutcome:
+    settings = data.settings
+    type_info = next(t for t in state.types if t.key == draft.type)
+    try:
+        result = await workflow.execute_child_workflow(
+            SubtaskWorkflow.run,
+            SubtaskInput(
+                task_id=data.task_id,
+                session_id=data.session_id,
+                round=round_,
+                ordinal=ordinal,
+                subtask_type=draft.type,
+                prompt=draft.prompt,
+                references=draft.references,
+                catalog_upto_seq=upto,
+                params=draft.params,
+                model=type_info.model or data.model,
+                step_limit=settings.branch_step_limit,
+                max_history_events=settings.max_history_events,
+                continue_as_new=settings.continue_as_new,
+                model_timeout_seconds=settings.model_timeout_seconds,
+                model_max_attempts=settings.model_max_attempts,
+                max_output_tokens=settings.max_output_tokens,
+            ),
+            id=thread_id(round_, ordinal),
+            static_summary=f"round {round_} · subtask {ordinal} · {draft.type}",
+        )
+    except ChildWorkflowError as error:
+        return await _record_failed(data, round_, ordinal, draft, error)
+    state.ledger.merge("branches", result.usage)
+    return BranchOutcome(ordinal=ordinal, type=draft.type, status=result.status, error=result.error)
+
+
+async def _record_failed(
+    data: TaskInput, round_: int, ordinal: int, draft: SubtaskDraft, error: ChildWorkflowError
+) -> BranchOutcome:
+    """A child whose workflow failed (it could not even record itself): its row says why."""
+    failure = describe(error)
+    reason = f"the subtask's workflow failed ({failure.kind}): {failure.message}"
+    await store_call(
+        SessionActivities.record_branch,
+        RecordBranchInput(
+            task_id=data.task_id,
+            session_id=data.session_id,
+            round=round_,
+            ordinal=ordinal,
+            thread_id=thread_id(round_, ordinal),
+            draft=draft,
+            status="failed",
+            error=reason,
+        ),
+    )
+    return BranchOutcome(ordinal=ordinal, type=draft.type, status="failed", error=reason)
+
+
+def failure_signature(outcomes: list[BranchOutcome]) -> str:
+    """Non-empty when every branch failed, and equal between rounds that failed the same way."""
+    if not outcomes or any(o.status == "completed" for o in outcomes):
+        return ""
+    return "|".join(sorted({o.error or "" for o in outcomes}))

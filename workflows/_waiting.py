@@ -1,0 +1,101 @@
+"""Waiting for the user (SPEC §2): the question set pending, the answer accepted for it, and the
+durable wait between them, bounded by the question's deadline.
+
+The answer's update and signal handlers live on the workflow class (Temporal needs them there);
+they go through ``PendingQuestion``. A run that grows too long while it waits hands over to a
+fresh one with the question still pending; this module decides when, the workflow does it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from errands.asking import Answer, QuestionSet, clean_answer, pending_view, validate_answer
+    from errands.workflow_io import AnswerReceipt, RoundSettings
+    from workflows._options import run_is_long
+
+
+class HandOver:
+    """The run grew too long while waiting: continue as new, the question still pending."""
+
+
+class PendingQuestion:
+    """The question set waiting for the user, if any, and the answer accepted for it."""
+
+    def __init__(self, questions: QuestionSet | None) -> None:
+        # A question pending when the previous run handed over is answerable at once.
+        self.questions = questions
+        self.answer: Answer | None = None
+
+    @property
+    def open(self) -> bool:
+        """A question waits and no answer has been accepted for it yet."""
+        return self.questions is not None and self.answer is None
+
+    def view(self) -> dict[str, Any] | None:
+        """The pending question as the ``pending_question`` query shows it."""
+        if self.questions is None:
+            return None
+        view: dict[str, Any] = pending_view(self.questions)["pending_question"]
+        return view
+
+    def validate(self, payload: Any) -> None:
+        """Raise ``AnswerRejected`` unless ``payload`` answers the open question."""
+        assert self.questions is not None, "only an open question is answered"
+        validate_answer(self.questions, payload)
+
+    def accept(self, payload: Any) -> AnswerReceipt:
+        """Take a validated answer; the wait ends with it."""
+        assert self.questions is not None, "only an open question is answered"
+        self.answer = clean_answer(self.questions, payload)
+        return AnswerReceipt(question_set_id=self.questions.id, status=self.answer.status)
+
+    async def wait(
+        self, questions: QuestionSet, deadline: datetime, settings: RoundSettings
+    ) -> Answer | None | HandOver:
+        """The answer, or None when ``deadline`` passed first, or ``HandOver`` when the run grew
+        too long meanwhile (signals, updates): then the question stays pending for the next run."""
+        if self.questions is None or self.questions.id != questions.id:
+            # A new question. An answer already accepted for this one (say, in the first
+            # moments of a run after a handover) is kept.
+            self.questions, self.answer = questions, None
+        try:
+            ended = await self._until_answered(deadline, settings)
+        except BaseException:
+            self.questions = None
+            raise
+        if isinstance(ended, HandOver):
+            return ended
+        self.questions = None
+        answer, self.answer = self.answer, None
+        return answer
+
+    async def _until_answered(self, deadline: datetime, settings: RoundSettings) -> HandOver | None:
+        def too_long() -> bool:
+            return run_is_long(
+                continue_as_new=settings.continue_as_new,
+                max_history_events=settings.max_history_events,
+            )
+
+        while self.answer is None:
+            remaining = deadline - workflow.now()
+            if remaining <= timedelta(0):
+                return None
+            try:
+                await workflow.wait_condition(
+                    lambda: self.answer is not None or too_long(),
+                    timeout=remaining,
+                    timeout_summary="question timeout",
+                )
+            except TimeoutError:
+                return None
+            if self.answer is None:
+                # Handlers in flight, an answer among them, finish before any handover.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            if self.answer is None:
+                return HandOver()
+        return None
