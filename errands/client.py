@@ -302,12 +302,7 @@ class Client:
         if self._store is not None:
             return self._store
         url = self._settings.session_database_url()
-        try:
-            path = sqlite_path(url)
-        except ValueError as error:
-            raise ConfigError(
-                f"{error}; check ERRANDS_DATABASE_URL", setting="ERRANDS_DATABASE_URL"
-            ) from None
+        path = sqlite_path(url)  # the settings checked the URL
         if path is not None and not Path(path).exists():
             if not required:
                 return None

@@ -137,7 +137,7 @@ class _WorkerResources:
         cls, settings: Settings, store: SessionStore | None, router: ModelRouter | None
     ) -> _WorkerResources:
         return cls(
-            store=store if store is not None else open_session_store(settings),
+            store=store if store is not None else open_store(settings.session_database_url()),
             router=router if router is not None else ModelRouter(settings),
             owns_store=store is None,
             owns_router=router is None,
@@ -173,17 +173,6 @@ def build_activities(
         consult.consult_advisor,
         consult.answer_side_question,
     ]
-
-
-def open_session_store(settings: Settings) -> SessionStore:
-    """The store ``ERRANDS_DATABASE_URL`` names: ``ConfigError`` for a URL errands cannot use,
-    ``StoreUnavailable`` for a database that does not open."""
-    try:
-        return open_store(settings.session_database_url())
-    except ValueError as error:
-        raise ConfigError(
-            f"{error}; check ERRANDS_DATABASE_URL", setting="ERRANDS_DATABASE_URL"
-        ) from None
 
 
 def is_pydantic(converter: DataConverter) -> bool:

@@ -8,11 +8,11 @@ import json
 
 from errands.cli._follow import follow
 from errands.cli._output import note, print_state
-from errands.cli._stack import dev_server, open_session_store, stack, ui_url
+from errands.cli._stack import dev_server, stack, ui_url
 from errands.client import Client, connect, new_session_id, task_input
 from errands.errors import InvalidRequest
 from errands.settings import load_settings, render_report
-from errands.store import sqlite_path
+from errands.store import open_store, sqlite_path
 
 FLAGS = {"model": "--model", "fallback_model": "--fallback-model"}
 """Task arguments by the flag that sets them, to name the flag in a refusal."""
@@ -184,7 +184,7 @@ async def dev(args: argparse.Namespace) -> int:
     settings = load_settings(
         ERRANDS_DEV_PORT=args.port, ERRANDS_DEV_UI_PORT=args.ui_port, ERRANDS_DATA_DIR=args.data_dir
     )
-    store = open_session_store(settings)
+    store = open_store(settings.session_database_url())
     try:
         async with dev_server(settings) as server:
             temporal = await connect(server.address, settings.temporal_namespace)

@@ -12,19 +12,7 @@ from errands.client import Client, connect
 from errands.devserver import DevServer, port_open
 from errands.errors import ConfigError, DevServerError
 from errands.settings import Settings
-from errands.store import SessionStore, open_store, sqlite_path
-
-
-def open_session_store(settings: Settings) -> SessionStore:
-    """The session store the worker writes to, created if it is not there yet."""
-    url = settings.session_database_url()
-    try:
-        sqlite_path(url)
-    except ValueError as error:
-        raise ConfigError(
-            f"{error}; check ERRANDS_DATABASE_URL", setting="ERRANDS_DATABASE_URL"
-        ) from None
-    return open_store(url)
+from errands.store import open_store
 
 
 @asynccontextmanager
@@ -49,7 +37,7 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
         )
     from worker import build_worker
 
-    store = open_session_store(settings)
+    store = open_store(settings.session_database_url())
     try:
         note(f"errands: starting the embedded Temporal dev server (data in {settings.data_dir}/)")
         async with dev_server(settings) as server:
