@@ -15,6 +15,7 @@ from tests.test_rounds import final
 BAD = [
     ("ERRANDS_LOG_LEVEL", "LOUD", ["status", "x"]),
     ("ERRANDS_SUBTASK_TYPES", "no-colon-here", ["status", "x"]),
+    ("ERRANDS_SUBTASK_TYPES", "no_such_module_here:TYPES", ["worker"]),
     ("ERRANDS_METRICS_BIND", "everywhere", ["worker"]),
     ("ERRANDS_ADVISOR_MODEL", "gpt-4", ["run", "x"]),
     ("ERRANDS_FALLBACK_MODEL", "claude", ["run", "x"]),
@@ -24,7 +25,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("variable", "value", "args"), BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize(
+    ("variable", "value", "args"), BAD, ids=[f"{b[0]}={b[1]}" for b in BAD]
+)
 async def test_a_bad_setting_exits_2_with_one_line_naming_it(
     cli_env: dict[str, str], variable: str, value: str, args: list[str]
 ) -> None:

@@ -1,0 +1,39 @@
+"""``errands.Client``: the one way a frontend talks to errands (the CLI, the HTTP gateway and any
+Python program go through it).
+
+::
+
+    client = await errands.Client.connect()            # TEMPORAL_ADDRESS, or `errands dev`
+    task = await client.start("Compare three databases", session="s1")
+    async for event in task.progress():                 # round_started, delegated, …, replied
+        ...
+    result = await task.wait()                          # a TaskResult, whatever the outcome
+    result.raise_for_status()                           # TaskFailed unless it replied
+
+Every refusal is one of ``errands.errors``: ``TaskNotFound``, ``TaskEnded``, ``Conflict``,
+``InvalidRequest``/``AnswerRejected``, ``NoWorker`` (a running task nobody serves: every query
+and update start is bounded by ``query_timeout``), ``TemporalUnreachable``, ``SideQuestionFailed``.
+"""
+
+from errands.client._client import (
+    QUERY_TIMEOUT,
+    Client,
+    StartOptions,
+    connect,
+    new_session_id,
+    new_task_id,
+    task_input,
+)
+from errands.client._handle import TaskHandle, TaskInfo
+
+__all__ = [
+    "QUERY_TIMEOUT",
+    "Client",
+    "StartOptions",
+    "TaskHandle",
+    "TaskInfo",
+    "connect",
+    "new_session_id",
+    "new_task_id",
+    "task_input",
+]

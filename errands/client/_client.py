@@ -1,0 +1,252 @@
+"""``Client``: errands over a connected Temporal client, and what a task's start is made of."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypedDict, Unpack
+
+from temporalio.client import Client as TemporalClient
+from temporalio.client import Interceptor, Plugin
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
+from temporalio.service import RPCError
+
+from errands.client._handle import RANDOM_BYTES, TASK_WORKFLOW, TaskHandle
+from errands.client._refusals import refusal
+from errands.contracts import StoredMessage
+from errands.errors import ConfigError, Conflict, InvalidRequest, TemporalUnreachable
+from errands.pricing import price_table
+from errands.settings import Settings, load_settings
+from errands.store import SessionStore, open_store, sqlite_path
+from errands.validation import check_model_spec, check_session_id, check_task_text
+from errands.workflow_io import TaskInput, TaskResult
+from workflows import _search as search
+
+QUERY_TIMEOUT = 5.0
+"""Seconds a running task's worker has to answer a query (or accept an update) before the
+request fails with ``NoWorker`` instead of waiting for one indefinitely."""
+
+
+
+async def connect(
+    address: str,
+    namespace: str = "default",
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    plugins: Sequence[Plugin] = (),
+) -> TemporalClient:
+    """A Temporal client with the pydantic data converter errands' payloads need."""
+    try:
+        return await TemporalClient.connect(
+            address,
+            namespace=namespace,
+            data_converter=pydantic_data_converter,
+            runtime=runtime,
+            interceptors=interceptors,
+            plugins=plugins,
+        )
+    except RuntimeError as error:  # what Client.connect raises when it cannot connect
+        raise TemporalUnreachable(
+            f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS and "
+            "that the server is up, or start the embedded stack with `errands dev`"
+        ) from None
+
+
+def new_task_id(session_id: str) -> str:
+    """Readable and unique: the task id is also the workflow id operators search for."""
+    return f"task-{session_id}-{secrets.token_hex(RANDOM_BYTES)}"
+
+
+def new_session_id() -> str:
+    return f"s-{secrets.token_hex(4)}"
+
+
+class StartOptions(TypedDict, total=False):
+    """How to start a task (every key optional)."""
+
+    session: str | None
+    """The session to work in; default: a new one."""
+    model: str | None
+    """``provider:model`` of the primary slot; default ``ERRANDS_MODEL`` (or what the provider
+    keys imply)."""
+    fallback_model: str | None
+    """``provider:model`` of the fallback slot; default ``ERRANDS_FALLBACK_MODEL``."""
+    headless: bool
+    """Nobody will answer questions: ``ask_user`` gets an explicit assumption result."""
+    task_id: str | None
+    """The id to start it under; default: a new one. A task that exists already under it is
+    refused with ``Conflict``, never silently reused."""
+
+
+def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -> TaskInput:
+    """A task's input with ``settings`` resolved (models, prices, constants), every argument
+    checked (``InvalidRequest``, with ``field`` naming a bad model); never a secret. What
+    ``Client.start`` sends; a frontend may call it first to refuse bad input early."""
+    session, model = options.get("session"), options.get("model")
+    fallback_model, task_id = options.get("fallback_model"), options.get("task_id")
+    try:
+        check_task_text(text)
+        session_id = check_session_id(session) if session is not None else new_session_id()
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None
+    primary = model or settings.default_model()[0]
+    fallback = fallback_model or settings.fallback_model
+    for field, spec in (("model", primary), ("fallback_model", fallback)):
+        if spec is not None:
+            try:
+                check_model_spec(spec)
+            except ValueError as error:
+                raise InvalidRequest(f"{field}: {error}", field=field) from None
+    if task_id is not None and not task_id.strip():
+        raise InvalidRequest("the task id is blank; give one or leave it out", field="task_id")
+    return TaskInput(
+        task_id=task_id or new_task_id(session_id),
+        session_id=session_id,
+        text=text,
+        model=primary,
+        fallback_model=fallback,
+        advisor_model=settings.advisor_model,
+        side_question_model=settings.side_question_model,
+        headless=options.get("headless", False),
+        settings=settings.round_settings(),
+        prices=price_table(settings.prices),
+    )
+
+
+class Client:
+    """errands over a connected Temporal client. ``settings`` (default: from the environment)
+    choose the task queue, the default models, prices and the SPEC constants a new task gets.
+    ``store``: the session store to read history and progress from (default: opened from
+    ``settings`` on first use, never created: a SQLite file that does not exist is refused).
+    ``temporal`` may be None for a client that only reads sessions (``history``)."""
+
+    def __init__(
+        self,
+        temporal: TemporalClient | None,
+        settings: Settings | None = None,
+        *,
+        store: SessionStore | None = None,
+        query_timeout: float = QUERY_TIMEOUT,
+    ) -> None:
+        self._temporal = temporal
+        self._settings = settings or load_settings()
+        self._store = store
+        self._owns_store = False
+        self.query_timeout = query_timeout
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        namespace: str | None = None,
+        settings: Settings | None = None,
+        *,
+        store: SessionStore | None = None,
+    ) -> Client:
+        """Connect to ``address`` (default ``TEMPORAL_ADDRESS``, else a running ``errands dev``
+        on ``127.0.0.1:ERRANDS_DEV_PORT``)."""
+        settings = settings or load_settings()
+        address = address or settings.temporal_address or f"127.0.0.1:{settings.dev_port}"
+        temporal = await connect(address, namespace or settings.temporal_namespace)
+        return cls(temporal, settings, store=store)
+
+    @property
+    def temporal(self) -> TemporalClient:
+        """The Temporal client underneath (for a worker, or anything errands does not wrap)."""
+        if self._temporal is None:
+            raise ConfigError(
+                "this errands.Client reads sessions only; connect it to Temporal "
+                "(errands.Client.connect) to work with tasks",
+                setting="TEMPORAL_ADDRESS",
+            )
+        return self._temporal
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def namespace(self) -> str:
+        return self.temporal.namespace
+
+    async def close(self) -> None:
+        """Close the session store if this client opened it."""
+        if self._owns_store and self._store is not None:
+            await asyncio.to_thread(self._store.close)
+            self._store = None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> TaskHandle:
+        """A handle on an existing task (nothing is checked until it is used)."""
+        return TaskHandle(self, task_id)
+
+    async def start(self, text: str, **options: Unpack[StartOptions]) -> TaskHandle:
+        """Start a task and return at once (``options``: see ``StartOptions``)."""
+        data = task_input(self._settings, text, **options)
+        try:
+            await self.temporal.start_workflow(
+                TASK_WORKFLOW,
+                data,
+                id=data.task_id,
+                task_queue=self._settings.task_queue,
+                search_attributes=search.initial(data.session_id),
+                static_summary=text[:200],
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+        except WorkflowAlreadyStartedError:
+            raise Conflict(
+                f"a task with id {data.task_id!r} exists already; start it under another id "
+                "(or leave the id out to get a new one)"
+            ) from None
+        except RPCError as error:
+            raise refusal(error, data.task_id, self.namespace) from None
+        return TaskHandle(self, data.task_id, session_id=data.session_id)
+
+    async def run(self, text: str, **options: Unpack[StartOptions]) -> TaskResult:
+        """Start a task and wait for its result (``result.raise_for_status()`` to raise unless
+        it replied)."""
+        handle = await self.start(text, **options)
+        return await handle.wait()
+
+    # -- the session store ------------------------------------------------------------------
+
+    async def history(self, session_id: str, *, after: int = 0) -> list[StoredMessage]:
+        """The session's messages, oldest first (those with ``seq > after``)."""
+        store = await asyncio.to_thread(self._reader, True)
+        assert store is not None
+        rows = await asyncio.to_thread(store.list_session, session_id)
+        return [r for r in rows if r.seq > after]
+
+    def _reader(self, required: bool) -> SessionStore | None:
+        """The store to read from. One that does not exist yet is never created by a read:
+        ``required`` refuses it with a ConfigError, otherwise there is nothing to read."""
+        if self._store is not None:
+            return self._store
+        url = self._settings.session_database_url()
+        path = sqlite_path(url)  # the settings checked the URL
+        if path is not None and not Path(path).exists():
+            if not required:
+                return None
+            raise ConfigError(
+                f"no session store at {path}; run from the directory you ran errands in, or set "
+                "ERRANDS_DATABASE_URL (or ERRANDS_DATA_DIR) to where the sessions are",
+                setting="ERRANDS_DATABASE_URL",
+            )
+        self._store, self._owns_store = open_store(url), True
+        return self._store
+
+    # -- shared by the handles --------------------------------------------------------------
