@@ -9,22 +9,30 @@ import asyncio
 import concurrent.futures
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Plugin, Worker
 
+from activities import ConsultActivities, ModelActivities, model_calls
 from errands.client import connect
 from errands.errors import ConfigError, ErrandsError
 from errands.plugin import ErrandsPlugin, cache_workflow_bytecode
 from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore
+from errands.store import SessionStore, open_store
+from errands.subtask_types import load_types
 from errands.telemetry import configure_logging, runtime_with_metrics, tracing_interceptors
 
-__all__ = ["build_worker", "cache_workflow_bytecode", "run_worker"]
+__all__ = ["build_worker", "cache_workflow_bytecode", "run_worker", "running_workers"]
+
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
+"""At most this long between the heartbeats an activity sends the server: a cancellation reaches
+a running model call within about this (the SDK's default, 0.8 x the heartbeat timeout, would
+be 24 s)."""
 
 
 def build_worker(
@@ -49,6 +57,7 @@ def build_worker(
             )
     else:
         plugins.append(ErrandsPlugin(settings, store=store, router=router))
+    worker_options.setdefault("max_heartbeat_throttle_interval", HEARTBEAT_THROTTLE)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -56,6 +65,58 @@ def build_worker(
         activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=16),
         **worker_options,
     )
+
+
+def build_model_queue_workers(
+    client: Client, settings: Settings, *, store: SessionStore, router: ModelRouter
+) -> list[Worker]:
+    """With ``ERRANDS_MODEL_TASK_QUEUE``: a worker per model task queue, polling only the model
+    activities, at the queue's rate (``queue_rate`` of ``ERRANDS_PROVIDER_LIMITS``), which
+    Temporal holds across every worker that polls it. Empty when the setting is unset."""
+    queues = settings.model_task_queues()
+    if not queues:
+        return []
+    types = load_types(settings.subtask_types)
+    calls = model_calls(
+        ModelActivities(store, router, types), ConsultActivities(store, router, types)
+    )
+    return [
+        Worker(
+            client,
+            task_queue=queue,
+            activities=calls,
+            max_task_queue_activities_per_second=rate,
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        )
+        for queue, rate in queues.items()
+    ]
+
+
+@asynccontextmanager
+async def running_workers(
+    client: Client, settings: Settings, *, store: SessionStore | None = None, **options: Any
+) -> AsyncIterator[Worker]:
+    """errands' worker on ``settings.task_queue`` (and, with ``ERRANDS_MODEL_TASK_QUEUE``, the
+    model-queue workers beside it), running for the block; yields the main one."""
+    if not settings.model_task_queues():
+        async with build_worker(client, settings, store=store, **options) as worker:
+            yield worker
+        return
+    own_store = store is None
+    store = store if store is not None else open_store(settings.session_database_url())
+    router = ModelRouter(settings)
+    try:
+        async with AsyncExitStack() as stack:
+            main = await stack.enter_async_context(
+                build_worker(client, settings, store=store, router=router, **options)
+            )
+            for extra in build_model_queue_workers(client, settings, store=store, router=router):
+                await stack.enter_async_context(extra)
+            yield main
+    finally:
+        await router.aclose()
+        if own_store:
+            store.close()
 
 
 def _carries_errands(plugins: Sequence[object]) -> bool:
@@ -88,15 +149,17 @@ async def run_worker(settings: Settings) -> None:
         runtime=runtime,
         interceptors=tracing_interceptors() if settings.otel else (),
     )
-    # Opens the session store: a bad ERRANDS_DATABASE_URL fails here, before any polling.
-    worker = build_worker(client, settings, graceful_shutdown_timeout=timedelta(seconds=60))
     # SIGTERM (a rolling upgrade, `docker stop`) drains running activities instead of dying.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
-        logging.getLogger("errands").info("worker polling %s", settings.task_queue)
+    # Opens the session store: a bad ERRANDS_DATABASE_URL fails here, before any polling.
+    async with running_workers(
+        client, settings, graceful_shutdown_timeout=timedelta(seconds=60)
+    ):
+        polled = [settings.task_queue, *settings.model_task_queues()]
+        logging.getLogger("errands").info("worker polling %s", ", ".join(polled))
         await stop.wait()
 
 

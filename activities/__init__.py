@@ -2,6 +2,7 @@
 
 from activities._consult import ConsultActivities
 from activities._model import ModelActivities
+from activities._model_queue import model_calls
 from activities._session import SessionActivities
 
-__all__ = ["ConsultActivities", "ModelActivities", "SessionActivities"]
+__all__ = ["ConsultActivities", "ModelActivities", "SessionActivities", "model_calls"]

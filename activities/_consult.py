@@ -11,7 +11,7 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._model import model_timeout
+from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from errands import side_questions
 from errands.activity_io import AdvisorInput, AdvisorOutput, SideAnswer, SideQuestionInput
@@ -33,6 +33,9 @@ class ConsultActivities:
     @activity.defn(name="consult_advisor")
     async def consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
         """One nested call, no tools: the round's own context, trimmed, then the question."""
+        return await heartbeating(self._consult_advisor(data))
+
+    async def _consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
         request, _ = await asyncio.to_thread(round_request, self._store, self._types, data.round)
         nested = advisor_request([request.system], request.messages, data.question)
         response = await self._router.complete(data.model, nested, timeout=model_timeout())
@@ -45,6 +48,10 @@ class ConsultActivities:
 
     @activity.defn(name="answer_side_question")
     async def answer_side_question(self, data: SideQuestionInput) -> SideAnswer:
+        """The preferred path, the fallback, or both in turn (``data.path``)."""
+        return await heartbeating(self._answer_side_question(data))
+
+    async def _answer_side_question(self, data: SideQuestionInput) -> SideAnswer:
         try:
             question = side_questions.validate_side_question(data.question)
         except ValueError as error:
@@ -56,12 +63,14 @@ class ConsultActivities:
                 round_request, self._store, self._types, data.round
             )
             messages = request.messages
-            if data.model == data.round.model:
+            if data.path != "fallback" and data.model == data.round.model:
                 answer = await self._preferred(data.model, request, question, usage)
                 if answer:
                     return SideAnswer(
                         answer=answer, path="preferred", model=data.model, usage=usage
                     )
+        if data.path == "preferred":
+            return SideAnswer(answer="", path="preferred", model=data.model, usage=usage)
         fallback = side_questions.fallback_request(messages, question)
         response = await self._call(data.model, fallback, usage)
         if not response.strip():
@@ -103,11 +112,4 @@ class ConsultActivities:
 
 
 def _charge(usage: dict[str, ModelUsage], model: str, spent: Usage) -> None:
-    usage.setdefault(model, ModelUsage()).add(
-        ModelUsage(
-            calls=1,
-            input_tokens=spent.input_tokens,
-            output_tokens=spent.output_tokens,
-            cached_tokens=spent.cached_tokens,
-        )
-    )
+    usage.setdefault(model, ModelUsage()).add(ModelUsage.of(spent))

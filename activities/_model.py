@@ -9,6 +9,7 @@ import json
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from activities._threads import open_threads, thread_messages, write_branch_row
 from errands import ids, prompts
@@ -38,6 +39,9 @@ class ModelActivities:
 
     @activity.defn(name="round_step")
     async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
+        return await heartbeating(self._round_step(data))
+
+    async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
         request, catalog_size = await asyncio.to_thread(
             round_request, self._store, self._types, data
         )
@@ -58,6 +62,9 @@ class ModelActivities:
         """One model step of a branch. Its first step opens the thread and the step that ends
         the branch writes its row, so a one-step branch costs a single activity. The store is
         visited twice: once to read the thread before the call, once to write after it."""
+        return await heartbeating(self._branch_step(data))
+
+    async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         stored, messages = await asyncio.to_thread(self._read_thread, data)
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
@@ -125,6 +132,9 @@ class ModelActivities:
 
     @activity.defn(name="run_branch_tool")
     async def run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
+        return await heartbeating(self._run_branch_tool(data))
+
+    async def _run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
         result_id = ids.thread_tool_result_id(data.thread_id, data.step, data.call_index)
         existing = await asyncio.to_thread(self._store.get, result_id)
         if existing is not None:
@@ -168,11 +178,3 @@ class ModelActivities:
             return await tool(arguments), False
         except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
             return f"{call.name} failed: {type(error).__name__}: {error}", True
-
-
-def model_timeout() -> float:
-    """The SDK timeout: a little inside the activity's start-to-close so ours fires first."""
-    info = activity.info()
-    if info.start_to_close_timeout:
-        return max(1.0, info.start_to_close_timeout.total_seconds() - 1)
-    return 300.0

@@ -39,5 +39,8 @@ def round_request(
         tools=tools,
         tool_choice="required",
         max_output_tokens=data.max_output_tokens,
+        # The rendered session is the stable prefix the next round, side questions and the
+        # advisor share; the slot's own repair messages after it are not.
+        cache_upto=len(rendered.messages),
     )
     return request, len(rendered.catalog)

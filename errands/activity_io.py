@@ -12,6 +12,9 @@ from errands.control import SubtaskDraft
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
+HEARTBEAT_TIMEOUT_SECONDS = 30.0
+"""A model or tool activity that has not heartbeaten for this long has failed (its worker died)."""
+
 
 class PrepareRoundInput(BaseModel):
     task_id: str
@@ -199,12 +202,18 @@ class SideQuestionInput(BaseModel):
     """The task's latest round request, or None when no round has run yet."""
     session_id: str
     timeout_seconds: float = SIDE_TIMEOUT_SECONDS
-    """The model call's timeout, for a finished task's side question (a running task takes
-    its own from its settings)."""
+    """The time each path gets (the preferred call, then the fallback, each its own activity)."""
+    heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
+    model_task_queue: str | None = None
+    """As ``RoundSettings.model_task_queue``; None: the workflow's own queue."""
+    path: Literal["both", "preferred", "fallback"] = "both"
+    """Which path this activity runs: ``both`` in one activity (runs from before the paths had
+    an activity each), or only one of them."""
 
 
 class SideAnswer(BaseModel):
     answer: str
+    """Empty only from a ``path="preferred"`` activity that got no answer: the fallback follows."""
     path: Literal["preferred", "fallback"]
     model: str
     usage: dict[str, ModelUsage] = Field(default_factory=dict)

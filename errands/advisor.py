@@ -12,6 +12,10 @@ workflow that counts uses live elsewhere. The advisor's messages, in order:
    no holes; tool exchanges are folded into plain-text notes (see ``fold_tool_exchanges``);
 4. the question as the final user message.
 
+On the wire (``advisor_request``) the system messages become one system text and the rest
+alternating user/assistant turns (``as_chat``): chat templates that demand one leading system
+message and alternating roles refuse anything else.
+
 Sizes are the UTF-8 length of each message's JSON encoding as stored (before folding), so the
 budgets bound what we forward, wrapping included.
 
@@ -27,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from errands.contracts import Message, ModelRequest, ToolSpec
+from errands.contracts import Message, ModelRequest, Role, ToolSpec
 
 ADVISOR_TOOL = "advisor"
 
@@ -182,7 +186,7 @@ def fold_tool_exchanges(tail: list[Message]) -> list[Message]:
     - if the window then opens with an assistant message, it becomes a user note too, because
       some providers refuse a conversation that starts with the assistant.
 
-    Consecutive same-role messages are left as they are; provider adapters merge them.
+    Consecutive same-role messages are left as they are; ``as_chat`` joins them.
     """
     calls: dict[str, tuple[str, str]] = {}
     folded: list[Message] = []
@@ -214,12 +218,8 @@ def _result_note(result: Message, calls: dict[str, tuple[str, str]]) -> str:
 def build_advisor_messages(
     system_messages: list[str], conversation: list[Message], question: str
 ) -> list[Message]:
-    """The advisor's full message list, system messages included, in the order described above.
-
-    System-role messages stay in the list: the OpenAI adapter sends them in place and the
-    Anthropic adapter joins them into its system prompt in order, so the advisor instructions
-    are the last system text either way.
-    """
+    """The advisor's full message list, system messages included, in the order described above
+    (``as_chat`` shapes it for the wire)."""
     system = select_system(system_messages, conversation, ADVISOR_SYSTEM_BUDGET_BYTES)
     tail = select_tail(conversation, ADVISOR_TAIL_BUDGET_BYTES, ADVISOR_TAIL_MAX)
     return [
@@ -230,16 +230,31 @@ def build_advisor_messages(
     ]
 
 
+def as_chat(messages: list[Message]) -> tuple[str, list[Message]]:
+    """``messages`` as one system text (the system messages in order, blank-line separated, so
+    the advisor instructions stay last) and user/assistant turns that alternate, consecutive
+    turns of one role joined by a blank line. Only text travels: ``fold_tool_exchanges`` has
+    already turned every tool exchange into text."""
+    system = "\n\n".join(m.text for m in messages if m.role == "system" and m.text)
+    turns: list[Message] = []
+    for message in messages:
+        if message.role == "system" or not message.text.strip():
+            continue
+        role: Role = "assistant" if message.role == "assistant" else "user"
+        if turns and turns[-1].role == role:
+            turns[-1] = Message(role=role, text=f"{turns[-1].text}\n\n{message.text}")
+        else:
+            turns.append(Message(role=role, text=message.text))
+    return system, turns
+
+
 def advisor_request(
     system_messages: list[str], conversation: list[Message], question: str
 ) -> ModelRequest:
-    """One step, no tools: the advisor can only answer in text."""
-    return ModelRequest(
-        system="",
-        messages=build_advisor_messages(system_messages, conversation, question),
-        tools=[],
-        tool_choice="none",
-    )
+    """One step, no tools: the advisor can only answer in text. One system text, then turns
+    that alternate, from a user turn to the user turn that ends with the question."""
+    system, turns = as_chat(build_advisor_messages(system_messages, conversation, question))
+    return ModelRequest(system=system, messages=turns, tools=[], tool_choice="none")
 
 
 class AdvisorResult(BaseModel):

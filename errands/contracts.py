@@ -54,12 +54,30 @@ class ModelRequest(BaseModel):
     tool_choice: ToolChoice = "auto"
     max_output_tokens: int = 4096
     temperature: float | None = None
+    """Dropped by the mapping for model families that refuse it (``errands.models``)."""
+    cache_upto: int | None = None
+    """How many leading ``messages`` are the stable prefix: the rendered session, before the
+    slot's own repair messages. Anthropic gets a cache breakpoint on the last of them; None:
+    only the tools and system prefix is marked. A request rebuilt from the same prefix (the
+    next attempt, a side question) must say the same, so it reads what this one wrote."""
 
 
 class Usage(BaseModel):
+    """One call's tokens as the provider reported them.
+
+    ``input_tokens`` counts every prompt token, cache reads and writes included (the OpenAI
+    way), and ``output_tokens`` every generated one, reasoning included: the parts are
+    breakdowns, never added on top."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (both wires)."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the prompt cache (Anthropic's ``cache_creation_input_tokens``)."""
+    reasoning_tokens: int = 0
+    """Output tokens spent reasoning (OpenAI's ``reasoning_tokens``, Anthropic's
+    ``thinking_tokens``)."""
 
 
 class ModelResponse(BaseModel):
@@ -80,6 +98,22 @@ class ModelUsage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage | None, *, calls: int = 1, failed_calls: int = 0) -> ModelUsage:
+        """``usage`` counted as ``calls`` calls: how every charge turns a response into a row."""
+        u = usage or Usage()
+        return cls(
+            calls=calls,
+            failed_calls=failed_calls,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cached_tokens=u.cached_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            reasoning_tokens=u.reasoning_tokens,
+        )
 
     def add(self, other: ModelUsage) -> None:
         self.calls += other.calls
@@ -87,6 +121,8 @@ class ModelUsage(BaseModel):
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cached_tokens += other.cached_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.reasoning_tokens += other.reasoning_tokens
 
 
 UsagePart = Literal["rounds", "branches", "side_questions", "advisor"]
@@ -110,16 +146,7 @@ class UsageLedger(BaseModel):
         failed_calls: int = 0,
     ) -> None:
         entry = self.parts.setdefault(part, {}).setdefault(model, ModelUsage())
-        u = usage or Usage()
-        entry.add(
-            ModelUsage(
-                calls=calls,
-                failed_calls=failed_calls,
-                input_tokens=u.input_tokens,
-                output_tokens=u.output_tokens,
-                cached_tokens=u.cached_tokens,
-            )
-        )
+        entry.add(ModelUsage.of(usage, calls=calls, failed_calls=failed_calls))
 
     def merge(self, part: UsagePart, per_model: dict[str, ModelUsage]) -> None:
         for model, usage in per_model.items():

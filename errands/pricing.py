@@ -1,36 +1,37 @@
-"""Turning the usage ledger into money: a price table per model, configurable.
+"""Turning the usage ledger into money: the catalog's prices, configurable.
 
-Prices are US dollars per million tokens. Cached input tokens are billed at the cached rate
-instead of the input rate. The table travels in the task input (resolved by the frontend from
-``ERRANDS_PRICES``), so a running task computes its cost deterministically.
+Prices are US dollars per million tokens (``ModelPrice``) and come from the model catalog
+(``errands.models``), with ``ERRANDS_PRICES`` on top. Input tokens read from the prompt cache are
+billed at the cached rate, tokens written to it at the cache-write rate, the rest at the input
+rate. The table travels in the task input (resolved by the frontend), so a running task computes
+its cost deterministically. Keys are model specs or patterns (``openai:gpt-4.1-2*``): a model's
+price is its exact key's, else the longest matching pattern's.
 """
 
 from __future__ import annotations
 
 import json
+from fnmatch import fnmatchcase
 
-from pydantic import BaseModel
+from errands.contracts import ModelUsage, UsageLedger
+from errands.models import FAMILIES, ModelPrice
 
-from errands.contracts import UsageLedger
+__all__ = ["DEFAULT_PRICES", "ModelPrice", "cost_usd", "price_for", "price_table"]
 
-
-class ModelPrice(BaseModel):
-    input: float = 0.0
-    output: float = 0.0
-    cached: float = 0.0
-
+ANTHROPIC_CACHE_WRITE = 1.25
+"""Anthropic bills a 5-minute cache write at 1.25 × the input rate."""
 
 DEFAULT_PRICES: dict[str, ModelPrice] = {
-    "demo": ModelPrice(),
-    "openai:gpt-4.1": ModelPrice(input=2.0, output=8.0, cached=0.5),
-    "openai:gpt-4.1-mini": ModelPrice(input=0.4, output=1.6, cached=0.1),
-    "anthropic:claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0, cached=0.3),
+    pattern: family.price
+    for family in FAMILIES
+    if family.price is not None
+    for pattern in family.match.split("|")
 }
 
 
 def price_table(override_json: str | None) -> dict[str, ModelPrice]:
-    """The defaults, with ``ERRANDS_PRICES`` (a JSON object model → {input, output, cached})
-    on top."""
+    """The catalog's prices, with ``ERRANDS_PRICES`` (a JSON object model →
+    {input, output, cached, cache_write}) on top."""
     table = dict(DEFAULT_PRICES)
     if override_json:
         try:
@@ -50,14 +51,29 @@ def price_table(override_json: str | None) -> dict[str, ModelPrice]:
     return table
 
 
+def price_for(model: str, prices: dict[str, ModelPrice]) -> ModelPrice:
+    """``model``'s price: its own key, else the longest pattern it matches; unknown: free."""
+    if model in prices:
+        return prices[model]
+    matching = [key for key in prices if fnmatchcase(model, key)]
+    return prices[max(matching, key=len)] if matching else ModelPrice()
+
+
 def cost_usd(ledger: UsageLedger, prices: dict[str, ModelPrice]) -> float:
     total = 0.0
     for model, usage in ledger.by_model().items():
-        price = prices.get(model, ModelPrice())
-        uncached = max(0, usage.input_tokens - usage.cached_tokens)
-        total += (
-            uncached * price.input
-            + usage.cached_tokens * price.cached
-            + usage.output_tokens * price.output
-        ) / 1_000_000
+        total += _cost(usage, price_for(model, prices), anthropic=model.startswith("anthropic:"))
     return round(total, 6)
+
+
+def _cost(usage: ModelUsage, price: ModelPrice, *, anthropic: bool) -> float:
+    write_rate = price.cache_write
+    if write_rate is None:
+        write_rate = price.input * (ANTHROPIC_CACHE_WRITE if anthropic else 1.0)
+    fresh = max(0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens)
+    return (
+        fresh * price.input
+        + usage.cached_tokens * price.cached
+        + usage.cache_write_tokens * write_rate
+        + usage.output_tokens * price.output
+    ) / 1_000_000

@@ -59,6 +59,29 @@ def no_decision(finish_reason: str, text: str) -> str:
     )
 
 
+def narration_repair(*, empty: bool) -> str:
+    """What a model that ended a round's step in prose (or with nothing) is told next."""
+    what = (
+        "Your last turn was empty: no text and no tool call"
+        if empty
+        else "You answered in plain text without calling a tool"
+    )
+    return (
+        f"{what}, so the round did not end and the user saw nothing. End the round now with a "
+        "control tool: put your answer in `final_reply`, or call the other control tool you "
+        "were given if the work needs it. Do not answer in plain text."
+    )
+
+
+def output_limit(limit: int) -> str:
+    """The error of a tool call that the output-token limit cut off mid-arguments."""
+    return (
+        f"Your output hit the limit of {limit} tokens, so this call was cut off before its "
+        "arguments were complete and was not read. Send a shorter call: keep each text brief "
+        "and leave out anything that is not needed."
+    )
+
+
 def branch_opening(prompt: str, cited: list[CatalogEntry]) -> str:
     if not cited:
         return prompt

@@ -1,9 +1,18 @@
-"""Model names (``provider:model``) to providers, on the worker, where the credentials live."""
+"""Model names (``provider:model``) to providers, on the worker, where the credentials live;
+and the worker's share of each provider: ``ERRANDS_PROVIDER_LIMITS``, held across every task
+and branch the worker runs."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import random
 import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import anthropic
 import openai
@@ -11,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from errands.contracts import ModelRequest, ModelResponse
 from errands.demo import start_demo_server
+from errands.models import model_catalog
 from errands.providers import (
     AnthropicMessagesProvider,
     OpenAIChatProvider,
@@ -21,7 +31,7 @@ from errands.providers import (
     openai_client,
 )
 from errands.scripted import ScriptedModelServer
-from errands.settings import Settings
+from errands.settings import ProviderLimit, Settings
 from errands.validation import check_model_spec
 
 
@@ -31,13 +41,53 @@ class Route:
     model: str
 
 
+class _Gate:
+    """One ``ERRANDS_PROVIDER_LIMITS`` entry: a semaphore for the requests in flight and a
+    sliding minute for the requests started."""
+
+    def __init__(self, limit: ProviderLimit) -> None:
+        self._slots = asyncio.Semaphore(limit.concurrency) if limit.concurrency else None
+        self._per_minute = limit.rpm
+        self._starts: deque[float] = deque()
+        self._turn = asyncio.Lock()
+
+    async def enter(self) -> None:
+        if self._slots is not None:
+            await self._slots.acquire()
+        try:
+            await self._wait_for_the_minute()
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+
+    async def _wait_for_the_minute(self) -> None:
+        if self._per_minute is None:
+            return
+        async with self._turn:
+            while True:
+                now = time.monotonic()
+                while self._starts and now - self._starts[0] >= 60:
+                    self._starts.popleft()
+                if len(self._starts) < self._per_minute:
+                    self._starts.append(now)
+                    return
+                await asyncio.sleep(60 - (now - self._starts[0]))
+
+
 class ModelRouter:
-    """Builds each provider's client once (retries off) and starts the demo server on first use."""
+    """Builds each provider's client once (retries off) and starts the demo server on first use;
+    holds every call to the worker's limits for its provider and model."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._providers: dict[str, Provider] = {}
         self._lock = threading.Lock()
+        self._limits = settings.limits()
+        self._gates: dict[str, _Gate] = {}
         self._clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
         self._demo_server: ScriptedModelServer | None = None
 
@@ -49,16 +99,58 @@ class ModelRouter:
         return Route(self._providers[provider_name], model)
 
     async def complete(self, spec: str, request: ModelRequest, *, timeout: float) -> ModelResponse:
-        """One provider call; any provider error leaves here classified (DESIGN invariant 3)."""
+        """One provider call within the worker's limits, ``timeout`` counting the wait for
+        them; any provider error leaves here classified (DESIGN invariant 3)."""
         route = self.route(spec)
+        async with self._within_limits(spec, parse_model(spec)[0], timeout) as left:
+            try:
+                return await route.provider.complete(route.model, request, timeout=left())
+            except ApplicationError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the one place that decides retry posture
+                # `from None`: Temporal serialises an error's cause chain into history, and a
+                # provider's raw message may echo the key. The classified error is redacted.
+                raise with_jitter(classify_provider_error(error, route.provider.name)) from None
+
+    @contextlib.asynccontextmanager
+    async def _within_limits(
+        self, spec: str, provider: str, timeout: float
+    ) -> AsyncIterator[Callable[[], float]]:
+        """Hold a place under the provider's limit and the model's, for the call; yields what
+        is left of ``timeout`` once the places are held."""
+        start = time.monotonic()
+
+        def left() -> float:
+            return timeout - (time.monotonic() - start)
+
+        gates = [g for g in (self._gate(provider), self._gate(spec)) if g is not None]
+        held: list[_Gate] = []
         try:
-            return await route.provider.complete(route.model, request, timeout=timeout)
-        except ApplicationError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the one place that decides retry posture
-            # `from None`: Temporal serialises an error's cause chain into history, and a
-            # provider's raw message may echo the key. The classified error is redacted.
-            raise classify_provider_error(error, route.provider.name) from None
+            for gate in gates:
+                try:
+                    # A second to spare for the call itself, as model_timeout() leaves one.
+                    await asyncio.wait_for(gate.enter(), max(0.0, left() - 1))
+                except TimeoutError:
+                    raise ApplicationError(
+                        f"{spec} waited {time.monotonic() - start:.0f} s for a place under this "
+                        "worker's ERRANDS_PROVIDER_LIMITS; the activity retry policy will try "
+                        "again (raise the limit, or add workers, if this keeps happening)",
+                        {"provider": provider, "status": None},
+                        type="transient",
+                    ) from None
+                held.append(gate)
+            yield lambda: max(1.0, left())
+        finally:
+            for gate in reversed(held):
+                gate.leave()
+
+    def _gate(self, key: str) -> _Gate | None:
+        limit = self._limits.get(key)
+        if limit is None or (limit.concurrency is None and limit.rpm is None):
+            return None
+        if key not in self._gates:
+            self._gates[key] = _Gate(limit)
+        return self._gates[key]
 
     async def aclose(self) -> None:
         """Close the SDK clients' connections and stop the demo server, if one was started."""
@@ -71,11 +163,12 @@ class ModelRouter:
 
     def _build(self, provider_name: str) -> Provider:
         s = self._settings
+        catalog = model_catalog(s.models)  # checked when the settings loaded
         if provider_name == "anthropic":
             key = s.anthropic_api_key.get_secret_value() if s.anthropic_api_key else None
             client = anthropic_client(api_key=key, base_url=s.anthropic_base_url)
             self._clients.append(client)
-            return AnthropicMessagesProvider(client)
+            return AnthropicMessagesProvider(client, catalog)
         if provider_name == "openai":
             key = s.openai_api_key.get_secret_value() if s.openai_api_key else None
             base_url = s.openai_base_url
@@ -89,7 +182,28 @@ class ModelRouter:
             # The SDK refuses to build a client it has no credentials for.
             raise missing_credentials(error, provider_name) from None
         self._clients.append(openai_sdk)
-        return OpenAIChatProvider(openai_sdk)
+        return OpenAIChatProvider(openai_sdk, catalog)
+
+
+JITTER = 0.2
+"""A provider's ``retry-after`` is stretched by up to this share (at least up to a second), so
+the branches it stopped together do not all come back at the same instant."""
+
+
+def with_jitter(error: ApplicationError) -> ApplicationError:
+    """``error`` with its ``next_retry_delay`` (a provider's ``retry-after``) jittered."""
+    delay = error.next_retry_delay
+    if delay is None:
+        return error
+    seconds = delay.total_seconds()
+    extra = random.uniform(0, max(1.0, JITTER * seconds))
+    return ApplicationError(
+        error.message,
+        *error.details,
+        type=error.type,
+        non_retryable=error.non_retryable,
+        next_retry_delay=timedelta(seconds=seconds + extra),
+    )
 
 
 def parse_model(spec: str) -> tuple[str, str]:

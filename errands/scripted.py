@@ -5,6 +5,11 @@ Each request is answered by the next step scripted for its model, else by the re
 is recorded as unexpected and refused with HTTP 400 (non-retryable for our classifier, so a
 missing script fails the test instead of looping through retries).
 
+Two behaviours of real servers can be switched on: a model whose server refuses
+``tool_choice: "required"`` (``refuse_required_tool_choice``), and a prompt cache
+(``prompt_cache``) that reports, deterministically, the prefixes it has seen before as cache reads
+(and, on Anthropic, the prefixes up to a ``cache_control`` breakpoint it had not seen as writes).
+
 The server runs its own event loop in a daemon thread, so it works the same from sync test code
 and from inside another asyncio loop; delays are ``asyncio.sleep`` and never block other requests.
 """
@@ -12,6 +17,7 @@ and from inside another asyncio loop; delays are ``asyncio.sleep`` and never blo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import socket
 import struct
@@ -79,6 +85,11 @@ class RecordedRequest:
     """The usage put in the response, in our neutral terms; ``None`` for failures and resets."""
 
 
+REQUIRED_REFUSAL = 'tool_choice "required" is not supported; use "auto" or "none"'
+"""What a server that takes only ``auto``/``none`` answers (vLLM and others say much the same)."""
+CACHE_LOOKBACK = 20
+"""Anthropic looks for an earlier cache entry at most this many blocks before a breakpoint."""
+
 Step = Reply | Fail | Reset | Callable[[RecordedRequest], "Reply | Fail | Reset"]
 Responder = Callable[[RecordedRequest], "Step | None"]
 """Answers what the script does not; returning ``None`` declines (the call is unexpected)."""
@@ -97,11 +108,17 @@ _ANTHROPIC_ERROR_TYPES = {
 
 
 class ScriptedModelServer:
-    def __init__(self, responder: Responder | None = None) -> None:
+    def __init__(self, responder: Responder | None = None, *, prompt_cache: bool = False) -> None:
         self.responder = responder
+        self.prompt_cache = prompt_cache
+        """Give replies without a scripted usage cache counts. OpenAI: the longest prompt prefix
+        an earlier answered request had is read. Anthropic: the longest prefix an earlier one
+        wrote at a breakpoint is read, and the rest up to this request's last breakpoint written."""
         self.requests: list[RecordedRequest] = []
         self.unexpected: list[RecordedRequest] = []
         self._scripts: dict[str, deque[Step]] = {}
+        self._refusals: dict[str, Fail] = {}
+        self._seen_prefixes: set[str] = set()
         # The handlers run on the server thread while tests script and inspect from theirs.
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,6 +131,15 @@ class ScriptedModelServer:
     def script(self, model: str, *steps: Step) -> None:
         with self._lock:
             self._scripts.setdefault(model, deque()).extend(steps)
+
+    def refuse_required_tool_choice(
+        self, model: str, status: int = 400, message: str = REQUIRED_REFUSAL
+    ) -> None:
+        """From now on, answer every request for ``model`` that asks for ``tool_choice:
+        "required"`` (Anthropic: ``any``) with ``status``, as servers that take only
+        ``auto``/``none`` do; such a refusal plays no scripted step."""
+        with self._lock:
+            self._refusals[model] = Fail(status, message)
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         with self._lock:
@@ -142,6 +168,8 @@ class ScriptedModelServer:
             self._scripts.clear()
             self.requests.clear()
             self.unexpected.clear()
+            self._refusals.clear()
+            self._seen_prefixes.clear()
 
     @property
     def openai_base_url(self) -> str:
@@ -254,8 +282,12 @@ class ScriptedModelServer:
         with self._lock:
             index = len(self.requests)
             self.requests.append(recorded)
+            refusal = self._refusals.get(recorded.model) if _asks_required(api, body) else None
             queue = self._scripts.get(recorded.model) if isinstance(body, dict) else None
-            step: Step | None = queue.popleft() if queue else None
+            step: Step | None = queue.popleft() if queue and refusal is None else None
+        if refusal is not None:
+            recorded.answered = refusal
+            return _error_response(api, refusal.status, refusal.message)
         if not isinstance(body, dict):
             return self._refuse(recorded, "scripted model server: body is not a JSON object")
         if body.get("stream"):
@@ -282,16 +314,101 @@ class ScriptedModelServer:
             return _error_response(api, step.status, step.message, step.headers)
         if isinstance(step, Reset):
             return _reset_connection(request)
-        usage = step.usage or _default_usage(raw, step)
+        usage = self._usage(recorded, step)
         recorded.reported_usage = usage
         render = _openai_completion if api == "openai" else _anthropic_message
         return web.json_response(render(recorded, index, step, usage))
+
+    def _usage(self, recorded: RecordedRequest, reply: Reply) -> Usage:
+        usage = reply.usage or _default_usage(recorded.raw, reply)
+        if not self.prompt_cache:
+            return usage
+        blocks, marked = _prompt_blocks(recorded.api, recorded.body)
+        digests, ends = _prefixes(recorded.api, blocks)
+        with self._lock:
+            seen = self._seen_prefixes
+            if recorded.api == "openai":
+                read = max((ends[i] for i, d in enumerate(digests) if d in seen), default=0)
+                upto = read
+                seen.update(digests)
+            else:
+                read = max((_cache_hit(b, digests, ends, seen) for b in marked), default=0)
+                upto = max(read, ends[max(marked)]) if marked else read
+                seen.update(digests[b] for b in marked)
+        if reply.usage is not None:
+            return usage
+        # Four bytes a token, as _default_usage counts.
+        cached = min(read // 4, usage.input_tokens)
+        write = min(upto // 4 - read // 4, usage.input_tokens - cached)
+        return usage.model_copy(update={"cached_tokens": cached, "cache_write_tokens": write})
 
     def _refuse(self, recorded: RecordedRequest, message: str) -> web.Response:
         # 400, never 5xx: our classifier must not retry a scripting mistake.
         with self._lock:
             self.unexpected.append(recorded)
         return _error_response(recorded.api, 400, message)
+
+
+def _asks_required(api: Api, body: Any) -> bool:
+    if not isinstance(body, dict):
+        return False
+    wanted = "required" if api == "openai" else {"type": "any"}
+    return bool(body.get("tools")) and body.get("tool_choice") == wanted
+
+
+def _prompt_blocks(api: Api, body: dict[str, Any]) -> tuple[list[bytes], list[int]]:
+    """The prompt in the order providers cache it, one block at a time without its
+    ``cache_control`` marker (a marker says where to cache, not what), and the marked ones."""
+    blocks: list[bytes] = []
+    marked: list[int] = []
+
+    def add(value: Any) -> None:
+        if isinstance(value, dict) and "cache_control" in value:
+            marked.append(len(blocks))
+            value = {k: v for k, v in value.items() if k != "cache_control"}
+        blocks.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+    if api == "openai":
+        if body.get("tools"):
+            add({"tools": body["tools"]})
+        for message in body.get("messages") or []:
+            add(message)
+        return blocks, marked
+    for tool in body.get("tools") or []:
+        add(tool)
+    for block in _content(body.get("system")):
+        add(block)
+    for turn in body.get("messages") or []:
+        for block in _content(turn.get("content") if isinstance(turn, dict) else None):
+            add({"role": turn.get("role"), **block})
+    return blocks, marked
+
+
+def _content(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    return [b for b in value if isinstance(b, dict)] if isinstance(value, list) else []
+
+
+def _prefixes(api: Api, blocks: list[bytes]) -> tuple[list[str], list[int]]:
+    """A digest and the length in bytes of each prefix that ends after a block."""
+    running = hashlib.sha256(api.encode())
+    digests: list[str] = []
+    ends: list[int] = []
+    for block in blocks:
+        running.update(block + b"\n")
+        digests.append(running.copy().hexdigest())
+        ends.append((ends[-1] if ends else 0) + len(block) + 1)
+    return digests, ends
+
+
+def _cache_hit(breakpoint: int, digests: list[str], ends: list[int], seen: set[str]) -> int:
+    """Bytes read from the cache for a breakpoint: the longest earlier entry within the
+    look-back window, as Anthropic finds it."""
+    for i in range(breakpoint, max(-1, breakpoint - CACHE_LOOKBACK), -1):
+        if digests[i] in seen:
+            return ends[i]
+    return 0
 
 
 def _default_usage(raw: bytes, reply: Reply) -> Usage:
@@ -341,7 +458,15 @@ def _openai_completion(
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+            "prompt_tokens_details": {
+                "cached_tokens": usage.cached_tokens,
+                **(
+                    {"cache_write_tokens": usage.cache_write_tokens}
+                    if usage.cache_write_tokens
+                    else {}
+                ),
+            },
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         },
     }
 
@@ -369,13 +494,20 @@ def _anthropic_message(
         "content": content,
         "stop_reason": reply.finish_reason or ("tool_use" if reply.calls else "end_turn"),
         "stop_sequence": None,
-        # Anthropic counts cache reads apart from input; our Usage counts them inside input (the
-        # OpenAI way), so the same Reply reads back as the same Usage through either API.
+        # Anthropic counts cache reads and writes apart from input; our Usage counts them inside
+        # input (the OpenAI way), so the same Reply reads back as the same Usage on either API.
         "usage": {
-            "input_tokens": max(0, usage.input_tokens - usage.cached_tokens),
+            "input_tokens": max(
+                0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens
+            ),
             "output_tokens": usage.output_tokens,
             "cache_read_input_tokens": usage.cached_tokens,
-            "cache_creation_input_tokens": 0,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            **(
+                {"output_tokens_details": {"thinking_tokens": usage.reasoning_tokens}}
+                if usage.reasoning_tokens
+                else {}
+            ),
         },
     }
 

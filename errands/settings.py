@@ -11,6 +11,7 @@ the effective configuration with the secrets masked.
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 import os
 import re
@@ -19,15 +20,24 @@ from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from annotated_types import Ge, Le, MinLen
-from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errands.errors import ConfigError
+from errands.models import model_catalog
 from errands.pricing import price_table
-from errands.validation import DEMO_MODEL, check_model_spec
-from errands.workflow_io import RoundSettings
+from errands.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
+from errands.workflow_io import RoundSettings, model_queue
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -54,6 +64,61 @@ _SECONDS = BeforeValidator(parse_duration)
 Seconds = Annotated[float, _SECONDS, Field(gt=0)]
 """A duration in seconds, given as ``90``, ``90s``, ``15m``, ``24h``, ``2d`` or ``1.5h``."""
 Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ProviderLimit(BaseModel):
+    """What one worker sends to one provider (or to one of its models), across all its tasks
+    and branches. Unset: no limit."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    concurrency: int | None = Field(default=None, ge=1)
+    """Requests in flight at once."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests started per minute."""
+    queue_rate: float | None = Field(default=None, gt=0)
+    """Model activities per second the provider's model task queue hands out, across every
+    worker (with ERRANDS_MODEL_TASK_QUEUE); provider keys only."""
+
+
+def provider_limits(text: str | None) -> dict[str, ProviderLimit]:
+    """``ERRANDS_PROVIDER_LIMITS`` by key (``openai``, ``openai:gpt-4.1``); ``ValueError``
+    saying what is wrong."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ValueError(
+            'it is not JSON; give e.g. {"openai": {"concurrency": 4, "rpm": 500}}'
+        ) from None
+    if not isinstance(raw, dict):
+        raise ValueError('give a JSON object, e.g. {"openai": {"concurrency": 4}}')
+    limits: dict[str, ProviderLimit] = {}
+    for key, value in raw.items():
+        if ":" in key:
+            check_model_spec(key)
+        elif key not in MODEL_PROVIDERS:
+            raise ValueError(
+                f"{key!r} is neither a provider ({', '.join(MODEL_PROVIDERS)}) nor a provider:model"
+            )
+        try:
+            limits[key] = ProviderLimit.model_validate(value)
+        except ValidationError as error:
+            problems = ", ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg'].lower()}"
+                for e in error.errors()
+            )
+            raise ValueError(
+                f"the limit of {key!r} is wrong ({problems}); give concurrency and rpm as whole "
+                "numbers of at least 1 and queue_rate as a number above 0"
+            ) from None
+        if ":" in key and limits[key].queue_rate is not None:
+            raise ValueError(
+                f"{key!r} sets queue_rate, which only a provider key may set (a task queue "
+                "serves a provider, not a model)"
+            )
+    return limits
 
 
 class Settings(BaseSettings):
@@ -118,6 +183,10 @@ class Settings(BaseSettings):
     """Extra or changed prices, as JSON, on top of errands.pricing.DEFAULT_PRICES.
 
     {"provider:model": {"input": …, "output": …, "cached": …}} in USD per million tokens."""
+    models: str | None = Field(default=None, alias="ERRANDS_MODELS")
+    """What errands should know about models, as JSON, on top of errands.models' catalog.
+
+    {"provider:model pattern": {"context_window": …, "max_output": …, "temperature": …}}."""
     subtask_types: str | None = Field(default=None, alias="ERRANDS_SUBTASK_TYPES")
     """Extra subtask types: comma-separated ``package.module:attribute`` paths.
 
@@ -145,6 +214,15 @@ class Settings(BaseSettings):
     """Start-to-close timeout of one model call (e.g. ``5m``)."""
     model_max_attempts: int = Field(default=6, ge=1, le=100, alias="ERRANDS_MODEL_MAX_ATTEMPTS")
     """Attempts of one model call on transient errors before the slot gives up."""
+    heartbeat_timeout_seconds: Seconds = Field(default=30.0, alias="ERRANDS_HEARTBEAT_TIMEOUT")
+    """Heartbeat timeout of model and tool activities (e.g. ``30s``).
+
+    A killed worker's call is retried elsewhere this soon, not after ERRANDS_MODEL_TIMEOUT."""
+    model_task_queue: str | None = Field(default=None, alias="ERRANDS_MODEL_TASK_QUEUE")
+    """Task queue of the model activities; ``{provider}`` in it becomes the model's provider.
+
+    E.g. ``errands-models-{provider}``. Workers started with it poll it too, with that
+    provider's ``queue_rate`` (ERRANDS_PROVIDER_LIMITS). Unset: ERRANDS_TASK_QUEUE."""
     round_retry_limit: int = Field(default=5, ge=1, le=100, alias="ERRANDS_ROUND_RETRY_LIMIT")
     """Times a round that failed as transient is retried before the task fails."""
     round_retry_seconds: Seconds = Field(default=30.0, alias="ERRANDS_ROUND_RETRY_DELAY")
@@ -165,6 +243,12 @@ class Settings(BaseSettings):
     At most 10,000: inside Temporal's 10,240-event warning."""
 
     # -- operating it ------------------------------------------------------------------------
+
+    provider_limits: str | None = Field(default=None, alias="ERRANDS_PROVIDER_LIMITS")
+    """Requests one worker sends a provider (or model) at once and per minute, as JSON.
+
+    {"openai": {"concurrency": 4, "rpm": 500}, "openai:gpt-4.1": {"concurrency": 2}}; a
+    provider may add "queue_rate" (model activities per second, across workers)."""
 
     api_token: SecretStr | None = Field(default=None, alias="ERRANDS_API_TOKEN")
     """Bearer token the HTTP gateway requires; needed to serve beyond loopback."""
@@ -256,6 +340,31 @@ class Settings(BaseSettings):
             raise ValueError(f"it {str(error).removeprefix('ERRANDS_PRICES ')}") from None
         return value
 
+    @field_validator("provider_limits")
+    @classmethod
+    def _provider_limits(cls, value: str | None) -> str | None:
+        provider_limits(value)
+        return value
+
+    @field_validator("model_task_queue")
+    @classmethod
+    def _model_task_queue(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"([^\s{}]|\{provider\})+", value):
+            raise ValueError(
+                "give a task queue name without spaces or braces; {provider} in it becomes "
+                "the model's provider, e.g. errands-models-{provider}"
+            )
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: str | None) -> str | None:
+        try:
+            model_catalog(value)
+        except ValueError as error:
+            raise ValueError(f"it {str(error).removeprefix('ERRANDS_MODELS ')}") from None
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
@@ -297,6 +406,8 @@ class Settings(BaseSettings):
             max_output_tokens=self.max_output_tokens,
             model_timeout_seconds=self.model_timeout_seconds,
             model_max_attempts=self.model_max_attempts,
+            heartbeat_timeout_seconds=self.heartbeat_timeout_seconds,
+            model_task_queue=self.model_task_queue,
             round_retry_limit=self.round_retry_limit,
             round_retry_seconds=self.round_retry_seconds,
             ask_timeout_hours=self.ask_timeout_seconds / 3600,
@@ -304,6 +415,27 @@ class Settings(BaseSettings):
             side_question_timeout_seconds=self.side_question_timeout_seconds,
             max_history_events=self.max_history_events,
         )
+
+    def limits(self) -> dict[str, ProviderLimit]:
+        """``ERRANDS_PROVIDER_LIMITS`` by provider or ``provider:model``."""
+        return provider_limits(self.provider_limits)
+
+    def model_task_queues(self) -> dict[str, float | None]:
+        """The model task queues a worker polls (ERRANDS_MODEL_TASK_QUEUE for each provider)
+        and the rate each is limited to (None: unlimited); empty when the setting is unset."""
+        if not self.model_task_queue:
+            return {}
+        limits = self.limits()
+        queues: dict[str, float | None] = {}
+        for provider in MODEL_PROVIDERS:
+            queue = model_queue(self.model_task_queue, provider)
+            assert queue is not None
+            limit = limits.get(provider)
+            rate = limit.queue_rate if limit else None
+            known = queues.get(queue)
+            # One queue for several providers: the strictest of their rates.
+            queues[queue] = rate if known is None else known if rate is None else min(known, rate)
+        return queues
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Every setting by its variable: ``value`` (JSON-able; secrets masked), ``default``

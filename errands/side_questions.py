@@ -125,6 +125,10 @@ def preferred_request(
 ) -> ModelRequest:
     """The round's request replayed for a side question: same system text, same tools."""
     messages = trim_to_last_assistant(round_request.messages)
+    # The round's cache breakpoint, where the trimmed prefix still reaches it: the same
+    # breakpoint on the same prefix reads what the round wrote.
+    stable = round_request.cache_upto
+    cache_upto = None if stable is None else min(stable, len(messages))
     messages.append(Message(role="user", text=side_question_prompt(question, summary)))
     return ModelRequest(
         system=round_request.system,
@@ -132,7 +136,9 @@ def preferred_request(
         tools=round_request.tools,
         tool_choice=SIDE_TOOL_CHOICE,
         max_output_tokens=SIDE_MAX_OUTPUT_TOKENS,
+        # Dropped on the wire for model families that refuse a temperature (errands.models).
         temperature=SIDE_TEMPERATURE,
+        cache_upto=cache_upto,
     )
 
 

@@ -15,6 +15,7 @@ Workflows import this module (for ``SubtaskTypeInfo``): it stays free of I/O and
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,9 +44,13 @@ class WorkTool:
     (in your own tests, say); ``None`` for a tool written against ``run``."""
 
     async def __call__(self, arguments: dict[str, Any]) -> str:
-        result = self.run(arguments)
-        if inspect.isawaitable(result):
-            result = await result
+        if inspect.iscoroutinefunction(self.run):
+            result = await self.run(arguments)
+        else:
+            # A plain function runs in a thread: the activity keeps heartbeating meanwhile.
+            result = await asyncio.to_thread(self.run, arguments)
+            if inspect.isawaitable(result):
+                result = await result
         return str(result)
 
 

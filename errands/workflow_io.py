@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from errands.activity_io import RoundStepInput
+from errands.activity_io import HEARTBEAT_TIMEOUT_SECONDS, RoundStepInput
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
 from errands.errors import FailureKind, TaskFailed
@@ -20,6 +20,15 @@ from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
+
+
+def model_queue(template: str | None, model: str) -> str | None:
+    """The task queue a model activity for ``model`` is scheduled on: ``template`` with
+    ``{provider}`` replaced by the model's provider (``openai:gpt-4.1`` → ``openai``); None
+    (no template): the workflow's own queue. Pure: workflows call it."""
+    if not template:
+        return None
+    return template.replace("{provider}", model.partition(":")[0])
 
 
 class RoundSettings(BaseModel):
@@ -42,6 +51,12 @@ class RoundSettings(BaseModel):
     """Start-to-close timeout of one model call."""
     model_max_attempts: int = 6
     """Attempts of one model call on transient errors before the slot gives up."""
+    heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
+    """Heartbeat timeout of model and tool activities: a dead worker's attempt fails this soon,
+    and a cancellation reaches a running call through its heartbeats."""
+    model_task_queue: str | None = None
+    """Task queue of the model activities (``{provider}`` → the model's provider); None: the
+    workflow's own. Lets a queue's rate limit hold across workers (docs/operations.md)."""
     round_retry_limit: int = 5
     """Times a round failed as transient is retried (with a growing wait) before the task fails."""
     round_retry_seconds: float = 30
@@ -157,6 +172,9 @@ class TaskResult(BaseModel):
     branches when no model could answer (``join_reason`` says why)."""
     join_reason: str | None = None
     error: TaskError | None = None
+    last_error: TaskError | None = None
+    """From a round's transient failure until it goes through (or the task gives up): the error
+    it failed with, while ``phase`` says when it is retried. None otherwise."""
     rounds: int = 0
     """Rounds the task has run (a round retried after a provider outage counts once)."""
     attempts: int = 0
@@ -209,6 +227,9 @@ class SubtaskInput(BaseModel):
     step_limit: int
     model_timeout_seconds: float = 300
     model_max_attempts: int = 6
+    heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
+    model_task_queue: str | None = None
+    """As ``RoundSettings.model_task_queue``: where this branch's model steps are scheduled."""
     max_output_tokens: int = 4096
     max_history_events: int = 1500
     continue_as_new: bool = True

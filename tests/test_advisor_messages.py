@@ -157,8 +157,8 @@ def test_a_long_question_is_capped_at_two_thousand_characters() -> None:
 def test_the_advisor_request_offers_no_tools() -> None:
     request = advisor_request(["sys"], [user("hi")], "q")
     assert request.tools == []
-    assert request.system == ""
-    assert request.messages[-2:] == [user("hi"), user("q")]
+    assert request.system == f"sys\n\n{ADVISOR_INSTRUCTIONS}"
+    assert request.messages == [user("hi\n\nq")]
 
 
 def test_the_tool_spec_takes_one_question() -> None:

@@ -217,7 +217,8 @@ async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
 async def test_narration_on_every_slot_fails_the_task_as_exhausted(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
-    scripted.script("gpt-test", Reply(text="Sure, I can help with that."))
+    # Narration is repaired on the same slot (3 repairs), so it takes four narrations to fail.
+    scripted.script("gpt-test", *[Reply(text="Sure, I can help with that.")] * 4)
     handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test")
     result = await handle.result()
     assert result.status == "failed" and result.error is not None

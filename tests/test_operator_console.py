@@ -36,7 +36,7 @@ async def test_each_search_attribute_finds_the_right_tasks_and_summaries_are_exp
         lambda r: Reply(text="branch"),
         branches=1,
     ).install(scripted, "gpt-ops")
-    scripted.script("gpt-ops-fail", Reply(text="prose only"))
+    scripted.script("gpt-ops-fail", *[Reply(text="prose only")] * 4)  # repaired 3 times
     replied = await start_task(
         client, settings.task_queue, "q", model="openai:gpt-ops", session=session
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -11,20 +12,24 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from temporalio.exceptions import ApplicationError
 
 from errands.contracts import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
+from errands.models import model_catalog
 from errands.providers import (
     AnthropicMessagesProvider,
     OpenAIChatProvider,
     Provider,
     anthropic_client,
     classify_provider_error,
+    is_openai_api,
     openai_client,
 )
 from errands.scripted import Call, Fail, Reply, Reset, ScriptedModelServer
+from errands.side_questions import fallback_request, preferred_request
 
 Server = ScriptedModelServer
 SECRET = "sk-test-Secret0123456789"
@@ -190,6 +195,8 @@ async def test_openai_request_body_follows_the_mapping(server: Server) -> None:
         ],
         "model": "gpt-test",
         "max_completion_tokens": 512,
+        # The scripted server is not OpenAI's own API: the limit goes in max_tokens too.
+        "max_tokens": 512,
         "temperature": 0.2,
         "tool_choice": "required",
         "tools": [
@@ -252,7 +259,14 @@ async def test_anthropic_request_body_follows_the_mapping(server: Server) -> Non
             },
         ],
         "model": "claude-test",
-        "system": "You are errands.\n\nBudget: 2 steps left.",
+        # One block, so it can carry the cache breakpoint of the tools + system prefix.
+        "system": [
+            {
+                "type": "text",
+                "text": "You are errands.\n\nBudget: 2 steps left.",
+                "cache_control": {"type": "ephemeral"},
+            }
+        ],
         # No temperature: the Messages API of anthropic 2.x has no sampling parameters.
         "tool_choice": {"type": "any"},
         "tools": [
@@ -461,3 +475,224 @@ def test_classified_errors_carry_provider_and_status_as_details() -> None:
 
     assert error.details == ({"provider": "anthropic", "status": None},)
     assert json.dumps(error.details)
+
+
+# -- what the model catalog changes on the wire ------------------------------------------------
+
+
+class ToLoopback(httpx2.AsyncBaseTransport):
+    """Carries requests addressed to api.openai.com to the scripted server instead."""
+
+    def __init__(self, base_url: str) -> None:
+        self._target = httpx2.URL(base_url)
+        self._inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(
+            scheme=self._target.scheme, host=self._target.host, port=self._target.port
+        )
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def test_a_reasoning_family_is_sent_no_temperature_and_no_max_tokens(
+    server: Server,
+) -> None:
+    server.script("o4-mini", Reply("ok"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        await OpenAIChatProvider(client).complete("o4-mini", ROUND, timeout=10)
+
+    body = server.requests[0].body
+    assert "temperature" not in body and "max_tokens" not in body
+    assert body["max_completion_tokens"] == 512
+
+
+async def test_a_side_question_to_a_reasoning_model_drops_its_temperature(
+    server: Server,
+) -> None:
+    side = preferred_request(ROUND, "what did you find?")
+    assert side.temperature is not None
+    server.script("gpt-5-mini", Reply("three notes"), Reply("three notes"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        provider = OpenAIChatProvider(client)
+        await provider.complete("gpt-5-mini", side, timeout=10)
+        await provider.complete("gpt-5-mini", fallback_request(ROUND.messages, "q"), timeout=10)
+
+    assert ["temperature" in r.body for r in server.requests] == [False, False]
+
+
+async def test_a_compatible_server_gets_max_tokens_beside_max_completion_tokens(
+    server: Server,
+) -> None:
+    server.script("smollm2", Reply("ok"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        await OpenAIChatProvider(client).complete("smollm2", HELLO, timeout=10)
+
+    body = server.requests[0].body
+    assert (body["max_tokens"], body["max_completion_tokens"]) == (4096, 4096)
+
+
+async def test_openais_own_api_gets_max_completion_tokens_only(server: Server) -> None:
+    server.script("gpt-4.1-mini", Reply("ok"))
+    http = httpx2.AsyncClient(transport=ToLoopback(server.openai_base_url))
+
+    async with openai.AsyncOpenAI(
+        api_key=SECRET, base_url="https://api.openai.com/v1", http_client=http, max_retries=0
+    ) as client:
+        await OpenAIChatProvider(client).complete("gpt-4.1-mini", ROUND, timeout=10)
+
+    body = server.requests[0].body
+    assert "max_tokens" not in body
+    assert (body["max_completion_tokens"], body["temperature"]) == (512, 0.2)
+    assert is_openai_api("https://api.openai.com/v1")
+    assert not is_openai_api(server.openai_base_url)
+
+
+@both_apis
+async def test_the_output_limit_is_capped_at_the_models_longest_output(
+    api: str, server: Server
+) -> None:
+    server.script(MODEL[api], Reply("ok"))
+
+    await complete(api, server, HELLO.model_copy(update={"max_output_tokens": 50_000}))
+
+    body = server.requests[0].body
+    assert body.get("max_completion_tokens", body.get("max_tokens")) == 4096
+
+
+async def test_errands_models_reaches_the_mapping_through_the_providers_catalog(
+    server: Server,
+) -> None:
+    catalog = model_catalog(
+        '{"openai:gpt-test": {"temperature": false, "output_limit": "max_tokens", '
+        '"max_output": 300}}'
+    )
+    server.script("gpt-test", Reply("ok"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        await OpenAIChatProvider(client, catalog).complete("gpt-test", ROUND, timeout=10)
+
+    body = server.requests[0].body
+    assert "temperature" not in body and "max_completion_tokens" not in body
+    assert body["max_tokens"] == 300
+
+
+@both_apis
+async def test_reasoning_tokens_and_cache_writes_read_back_the_same_on_both_apis(
+    api: str, server: Server
+) -> None:
+    usage = Usage(
+        input_tokens=1200,
+        output_tokens=300,
+        cached_tokens=600,
+        cache_write_tokens=400,
+        reasoning_tokens=200,
+    )
+    server.script(MODEL[api], Reply("ok", usage=usage))
+
+    response = await complete(api, server)
+
+    assert response.usage == usage
+
+
+@both_apis
+async def test_a_tool_call_cut_off_by_the_output_limit_reports_that_finish_reason(
+    api: str, server: Server
+) -> None:
+    cut = {"openai": "length", "anthropic": "max_tokens"}[api]
+    server.script(
+        MODEL[api], Reply(calls=[Call("final_reply", '{"text": "a long')], finish_reason=cut)
+    )
+
+    response = await complete(api, server)
+
+    assert response.finish_reason == cut
+    assert [c.arguments for c in response.tool_calls] == ['{"text": "a long']
+
+
+# -- servers that refuse tool_choice "required" ------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [400, 422, 500])
+async def test_a_refused_required_tool_choice_is_retried_with_auto_in_the_same_call(
+    status: int, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.refuse_required_tool_choice("gpt-local", status)
+    server.script("gpt-local", Reply("first"), Reply("second"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        provider = OpenAIChatProvider(client)
+        with caplog.at_level(logging.WARNING, logger="errands.providers"):
+            first = await provider.complete("gpt-local", ROUND, timeout=10)
+            second = await provider.complete("gpt-local", ROUND, timeout=10)
+
+    assert (first.text, second.text) == ("first", "second")
+    assert [r.body["tool_choice"] for r in server.requests] == ["required", "auto", "auto"]
+    assert isinstance(server.requests[0].answered, Fail)
+    warnings = [r for r in caplog.records if r.name == "errands.providers"]
+    assert len(warnings) == 1 and "gpt-local" in warnings[0].getMessage()
+    assert SECRET not in warnings[0].getMessage()
+
+
+async def test_auto_is_remembered_per_model_not_for_every_model_of_the_server(
+    server: Server,
+) -> None:
+    server.refuse_required_tool_choice("gpt-local")
+    server.script("gpt-local", Reply("a"))
+    server.script("gpt-test", Reply("b"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        provider = OpenAIChatProvider(client)
+        await provider.complete("gpt-local", ROUND, timeout=10)
+        await provider.complete("gpt-test", ROUND, timeout=10)
+
+    assert server.requests_for("gpt-test")[0].body["tool_choice"] == "required"
+
+
+async def test_another_400_of_a_required_call_is_not_taken_for_a_tool_choice_refusal(
+    server: Server,
+) -> None:
+    server.script("gpt-test", Fail(400, "messages[3] is missing a tool result"))
+
+    async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
+        with pytest.raises(openai.BadRequestError) as raised:
+            await OpenAIChatProvider(client).complete("gpt-test", ROUND, timeout=10)
+
+    assert classify_provider_error(raised.value, "openai").type == "invalid_request"
+    assert len(server.requests) == 1
+
+
+# -- a 5xx that names the request ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "JSON schema conversion failed: Pattern must start with '^' and end with '$'",
+        "Invalid 'tools[0].function.parameters': unknown keyword",
+        "Unsupported param: tool_choice",
+        "[json.exception.parse_error.101] parse error at line 1",
+    ],
+)
+async def test_a_5xx_that_names_the_request_is_a_non_retryable_invalid_request(
+    said: str, server: Server
+) -> None:
+    error = await failure("openai", server, Fail(500, said))
+
+    assert (error.type, error.non_retryable) == ("invalid_request", True)
+    assert said in error.message and "500" in error.message
+    assert "try again" not in error.message
+
+
+@pytest.mark.parametrize(("status", "said"), [(500, "flaky"), (503, "invalid upstream response")])
+async def test_a_5xx_that_does_not_name_the_request_stays_transient(
+    status: int, said: str, server: Server
+) -> None:
+    error = await failure("anthropic", server, Fail(status, said))
+
+    assert (error.type, error.non_retryable) == ("transient", False)

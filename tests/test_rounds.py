@@ -269,13 +269,15 @@ async def test_both_slots_failing_deterministically_with_no_branches_fails_as_ex
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
     scripted.script("gpt-main", Reply(text="prose"))
-    scripted.script("gpt-fallback", Reply(text="more prose"))
+    # The fallback, the last slot, is repaired after narrating: 1 + 3 repairs.
+    scripted.script("gpt-fallback", *[Reply(text="more prose")] * 4)
     handle = await start_task(
         client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback"
     )
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted"
+    assert result.steps == 5
     assert (
         "primary (openai:gpt-main)" in result.error.message and "fallback" in result.error.message
     )

@@ -333,3 +333,145 @@ async def test_a_body_that_is_not_json_is_recorded_and_refused(server: Server) -
         assert "not a JSON object" in (await answer.json())["error"]["message"]
 
     assert [r.raw for r in server.unexpected] == [b"{oops"]
+
+
+TOOLS_OPENAI: list[Any] = [
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+]
+TOOLS_ANTHROPIC: list[Any] = [{"name": "f", "input_schema": {"type": "object"}}]
+
+
+async def test_a_model_refusing_required_tool_choice_is_answered_without_playing_a_step(
+    server: Server,
+) -> None:
+    server.refuse_required_tool_choice("gpt-local", 500)
+    server.script("gpt-local", Reply("with auto"))
+
+    async with openai_sdk(server) as client:
+        with pytest.raises(openai.InternalServerError, match='tool_choice "required"'):
+            await client.chat.completions.create(
+                model="gpt-local", messages=USER, tools=TOOLS_OPENAI, tool_choice="required"
+            )
+        completion = await client.chat.completions.create(
+            model="gpt-local", messages=USER, tools=TOOLS_OPENAI, tool_choice="auto"
+        )
+
+    assert completion.choices[0].message.content == "with auto"
+    assert isinstance(server.requests[0].answered, Fail) and server.unexpected == []
+    server.assert_done()
+
+
+async def test_anthropic_any_tool_choice_is_refused_the_same_way(server: Server) -> None:
+    server.refuse_required_tool_choice("claude-local")
+
+    async with anthropic_sdk(server) as client:
+        with pytest.raises(anthropic.BadRequestError, match="required"):
+            await client.messages.create(
+                model="claude-local",
+                max_tokens=10,
+                messages=USER,
+                tools=TOOLS_ANTHROPIC,
+                tool_choice={"type": "any"},
+            )
+
+
+async def test_a_tool_call_can_come_with_a_length_finish_reason(server: Server) -> None:
+    server.script("gpt-test", Reply(calls=[Call("f", '{"q": "cut')], finish_reason="length"))
+    server.script("claude-test", Reply(calls=[Call("f", {"q": 1})], finish_reason="max_tokens"))
+
+    completion = await ask_openai(server)
+    message = await ask_anthropic(server)
+
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.choices[0].message.tool_calls[0].function.arguments == '{"q": "cut'
+    assert (message.stop_reason, message.content[0].type) == ("max_tokens", "tool_use")
+
+
+async def test_reasoning_tokens_and_cache_writes_are_reported_in_each_apis_fields(
+    server: Server,
+) -> None:
+    usage = Usage(
+        input_tokens=1000,
+        output_tokens=300,
+        cached_tokens=500,
+        cache_write_tokens=200,
+        reasoning_tokens=120,
+    )
+    server.script("gpt-test", Reply("a", usage=usage))
+    server.script("claude-test", Reply("b", usage=usage))
+
+    completion = await ask_openai(server)
+    message = await ask_anthropic(server)
+
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 120
+    assert completion.usage.prompt_tokens_details.cached_tokens == 500
+    assert (
+        message.usage.input_tokens,
+        message.usage.cache_read_input_tokens,
+        message.usage.cache_creation_input_tokens,
+        message.usage.output_tokens_details.thinking_tokens,
+    ) == (300, 500, 200, 120)
+
+
+async def test_the_prompt_cache_counts_a_prefix_seen_before_as_cached_input_on_openai(
+    server: Server,
+) -> None:
+    server.prompt_cache = True
+    server.script("gpt-test", Reply("one"), Reply("two"), Reply("three"))
+    first: list[Any] = [{"role": "system", "content": "s" * 400}, *USER]
+    longer = [*first, {"role": "assistant", "content": "one"}, {"role": "user", "content": "more"}]
+
+    async with openai_sdk(server) as client:
+        for messages in (first, longer, longer):
+            await client.chat.completions.create(model="gpt-test", messages=messages)
+
+    reported = [r.reported_usage for r in server.requests]
+    assert reported[0] is not None and reported[0].cached_tokens == 0
+    prefix = (
+        len(json.dumps(first[0], separators=(",", ":")))
+        + len(json.dumps(USER[0], separators=(",", ":")))
+        + 2
+    )
+    assert reported[1] is not None and reported[1].cached_tokens == prefix // 4
+    assert reported[2] is not None and reported[2].cached_tokens > reported[1].cached_tokens
+    assert all(u is not None and u.cache_write_tokens == 0 for u in reported)
+
+
+async def test_the_prompt_cache_on_anthropic_writes_at_breakpoints_and_reads_them_back(
+    server: Server,
+) -> None:
+    server.prompt_cache = True
+    server.script("claude-test", Reply("one"), Reply("two"), Reply("three"))
+    marked: list[Any] = [
+        {"type": "text", "text": "s" * 400, "cache_control": {"type": "ephemeral"}}
+    ]
+    plain: list[Any] = [{"type": "text", "text": "t" * 400}]
+
+    async with anthropic_sdk(server) as client:
+        for system in (marked, marked, plain):
+            await client.messages.create(
+                model="claude-test", max_tokens=10, system=system, messages=USER
+            )
+
+    written, read, unmarked = (r.reported_usage or Usage() for r in server.requests)
+    assert written.cached_tokens == 0 and written.cache_write_tokens > 0
+    assert (read.cached_tokens, read.cache_write_tokens) == (written.cache_write_tokens, 0)
+    assert (unmarked.cached_tokens, unmarked.cache_write_tokens) == (0, 0)
+
+
+async def test_reset_forgets_the_prompt_cache_and_the_refusals(server: Server) -> None:
+    server.prompt_cache = True
+    server.refuse_required_tool_choice("gpt-test")
+    server.script("gpt-test", Reply("one"))
+    await ask_openai(server)
+
+    server.reset()
+    server.script("gpt-test", Reply("two"))
+    async with openai_sdk(server) as client:
+        await client.chat.completions.create(
+            model="gpt-test", messages=USER, tools=TOOLS_OPENAI, tool_choice="required"
+        )
+
+    usage = server.requests[0].reported_usage
+    assert usage is not None and usage.cached_tokens == 0

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.activity_io import AdvisorInput, RoundStepInput
     from errands.advisor import error_result, limit_reached_result, parse_question
     from errands.contracts import ToolCall
-    from errands.workflow_io import TaskInput, TaskState
+    from errands.workflow_io import TaskInput, TaskState, model_queue
     from workflows._failures import describe
     from workflows._options import model_retry
 
@@ -40,6 +40,8 @@ async def consult_advisor(
                     limit=settings.advisor_limit,
                 ),
                 start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
+                task_queue=model_queue(settings.model_task_queue, model),
                 retry_policy=model_retry(settings.model_max_attempts),
                 summary=f"round {step.round} · advisor · {model}",
             )

@@ -71,6 +71,8 @@ async def _branch(
                 continue_as_new=settings.continue_as_new,
                 model_timeout_seconds=settings.model_timeout_seconds,
                 model_max_attempts=settings.model_max_attempts,
+                heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
+                model_task_queue=settings.model_task_queue,
                 max_output_tokens=settings.max_output_tokens,
             ),
             id=thread_id(round_, ordinal),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -57,3 +58,12 @@ def describe(error: BaseException, max_attempts: int = 1) -> Failure:
             "transient", f"timed out ({cause.type.name if cause.type else 'timeout'})", attempts
         )
     return Failure("internal", str(cause), attempts)
+
+
+_WILL_RETRY = re.compile(r"the activity retry policy will try again")
+
+
+def settled(message: str) -> str:
+    """``message`` once nothing will try again: the provider classifier writes its errors for
+    an attempt that will be retried, which a task or branch that gave up must not repeat."""
+    return _WILL_RETRY.sub("retrying did not help", message)

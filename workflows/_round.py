@@ -10,7 +10,6 @@ session.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -35,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         result_for_answer,
         timed_out_result,
     )
-    from errands.contracts import Message, ToolCall
+    from errands.contracts import ToolCall
     from errands.control import (
         ASK_USER,
         DELEGATE,
@@ -49,10 +48,28 @@ with workflow.unsafe.imports_passed_through():
         pick_control_call,
     )
     from errands.errors import ModelMistake
-    from errands.workflow_io import Slot, TaskInput, TaskState
+    from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe
     from workflows._options import model_retry, store_call
+    from workflows._repairs import (
+        Narration,
+        append_exchange,
+        cut_off,
+        narration_exchange,
+        repair_exchange,
+    )
+
+NARRATION_REPAIRED = "narration-repaired-on-slot"
+"""Patch: a step in prose (or empty) on the last slot that could take the round is repaired on
+that slot, like a rejected call, instead of ending the round. Runs from before fail the round."""
+
+OUTPUT_LIMIT_REPAIRED = "output-limit-is-its-own-repair"
+"""Patch: a tool call the output-token limit cut off is rejected as such, whatever its tool,
+instead of being read as if complete. Runs from before read it."""
+
+CUT_OFF = frozenset({"length", "max_tokens"})
+"""The finish reasons (OpenAI, Anthropic) of a response the output-token limit ended."""
 
 
 @dataclass
@@ -89,7 +106,7 @@ class Waiting:
 
 
 RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting
-Attempt = Decision | Rejection | Failure | Waiting
+Attempt = Decision | Rejection | Failure | Waiting | Narration
 
 
 class RoundDecider:
@@ -141,14 +158,23 @@ class RoundDecider:
                     trail.any_transient = trail.any_transient or outcome.transient
                     trail.diagnostics.append(f"{slot.name} ({model}): {outcome.message}")
                     break
-                trail.diagnostics.append(
-                    f"{slot.name} ({model}, attempt {slot.repair + 1}): {outcome.error}"
-                )
+                if isinstance(outcome, Narration):
+                    attempt = f", attempt {slot.repair + 1}" if slot.repair else ""
+                    trail.diagnostics.append(f"{slot.name} ({model}{attempt}): {outcome.message}")
+                    if slot.slot_index + 1 < len(self._models):
+                        break  # another slot takes the round over first (SPEC §1)
+                    repair = narration_exchange(outcome)
+                else:
+                    trail.diagnostics.append(
+                        f"{slot.name} ({model}, attempt {slot.repair + 1}): {outcome.error}"
+                    )
+                    call_id = ids.repair_call_id(data.task_id, slot.round, slot.name, slot.repair)
+                    repair = repair_exchange(call_id, outcome)
                 if slot.repair == settings.max_repairs or state.steps >= settings.step_budget:
                     break
-                slot.extra = slot.extra + _repair_exchange(
-                    ids.repair_call_id(data.task_id, slot.round, slot.name, slot.repair), outcome
-                )
+                if isinstance(outcome, Narration) and not workflow.patched(NARRATION_REPAIRED):
+                    break
+                slot.extra = slot.extra + repair
                 slot.repair += 1
             if slot.slot_index + 1 == len(self._models):
                 break
@@ -198,6 +224,8 @@ class RoundDecider:
                 model=model,
                 final_reason=slot.reason,
                 work_tools=follow_up,
+                # Withdrawn once its uses are spent: refused calls would only burn steps.
+                advisor=state.advisor_uses < settings.advisor_limit,
                 extra=list(slot.extra),
                 max_subtasks=settings.max_subtasks,
                 max_output_tokens=settings.max_output_tokens,
@@ -208,6 +236,8 @@ class RoundDecider:
                     ModelActivities.round_step,
                     step,
                     start_to_close_timeout=timedelta(seconds=settings.model_timeout_seconds),
+                    heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
+                    task_queue=model_queue(settings.model_task_queue, model),
                     retry_policy=model_retry(settings.model_max_attempts),
                     summary=f"round {slot.round} · {slot.name} · {model}"
                     + (" · final" if final else ""),
@@ -230,6 +260,12 @@ class RoundDecider:
             )
             work = {ADVISOR_TOOL} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
+            if (
+                response.tool_calls
+                and response.finish_reason in CUT_OFF
+                and workflow.patched(OUTPUT_LIMIT_REPAIRED)
+            ):
+                decision = cut_off(response.tool_calls[-1], settings.max_output_tokens)
             if dismissed:
                 # The user declined to choose: whatever the model does now, the round ends with
                 # a short reply and nothing is started.
@@ -238,7 +274,7 @@ class RoundDecider:
                 return ReplyDecision(text=prompts.DISMISSED_REPLY)
             if isinstance(decision, ToolCall) and decision.name == ADVISOR_TOOL:
                 result = await consult_advisor(data, state, step, decision)
-                _append_exchange(slot, decision, ADVISOR_TOOL, result)
+                append_exchange(slot, decision, ADVISOR_TOOL, result)
                 continue
             if isinstance(decision, ToolCall):
                 asked = await self._ask(slot, decision)
@@ -247,9 +283,7 @@ class RoundDecider:
                 continue
             if decision is not None:
                 return decision
-            return Failure(
-                "no_decision", prompts.no_decision(response.finish_reason, response.text)
-            )
+            return Narration(text=response.text, finish_reason=response.finish_reason)
         return Failure("no_decision", "the attempt ran out of steps without a control call")
 
     def _read_step(
@@ -306,10 +340,10 @@ class RoundDecider:
             return Rejection(call=call, error=str(error))
         remembered = None if questions.reopens else find_remembered(questions, decisions)
         if remembered is not None:
-            _append_exchange(slot, call, ASK_USER, remembered_result(remembered))
+            append_exchange(slot, call, ASK_USER, remembered_result(remembered))
             return None
         if data.headless:
-            _append_exchange(slot, call, ASK_USER, headless_result(questions))
+            append_exchange(slot, call, ASK_USER, headless_result(questions))
             return None
         slot.call, slot.questions = call, questions
         slot.deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
@@ -335,40 +369,5 @@ class RoundDecider:
                         record=accepted.model_dump(mode="json"),
                     ),
                 )
-        _append_exchange(slot, call, ASK_USER, result)
+        append_exchange(slot, call, ASK_USER, result)
         return answer is not None and answer.status == "answered" and is_dismissal(answer)
-
-
-def _append_exchange(slot: Slot, call: ToolCall, tool: str, result: str) -> None:
-    call_id = ids.provider_safe(call.id) or f"{tool}_{len(slot.extra)}"
-    slot.extra.append(
-        Message(role="assistant", tool_calls=[call.model_copy(update={"id": call_id})])
-    )
-    slot.extra.append(Message(role="tool", tool_call_id=call_id, tool_name=tool, text=result))
-
-
-REJECTED_ARGUMENTS_MAX = 16_000
-"""A rejected call is shown back to the model at most this long: the slot's messages travel in
-the next activity input, and a few huge rejected calls must not outgrow Temporal's payload cap."""
-
-
-def _repair_exchange(call_id: str, rejection: Rejection) -> list[Message]:
-    """The rejected call and its error, as a real tool exchange the model knows how to read."""
-    arguments = rejection.call.arguments
-    if len(arguments) > REJECTED_ARGUMENTS_MAX:
-        arguments = json.dumps(
-            {"omitted": f"{len(arguments)} characters of arguments, too long to repeat here"}
-        )
-    return [
-        Message(
-            role="assistant",
-            tool_calls=[ToolCall(id=call_id, name=rejection.call.name, arguments=arguments)],
-        ),
-        Message(
-            role="tool",
-            tool_call_id=call_id,
-            tool_name=rejection.call.name,
-            is_error=True,
-            text=prompts.repair_result(rejection.error, rejection.call.name),
-        ),
-    ]

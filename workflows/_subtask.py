@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts import ModelUsage, UsageLedger
     from errands.control import SubtaskDraft
-    from errands.workflow_io import SubtaskInput, SubtaskResult
-    from workflows._failures import describe
+    from errands.workflow_io import SubtaskInput, SubtaskResult, model_queue
+    from workflows._failures import describe, settled
     from workflows._options import STORE_RETRY, model_retry, run_is_long, store_call
 
 ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
@@ -44,6 +44,7 @@ class SubtaskWorkflow:
         if opening is not None and not merged:
             await store_call(ModelActivities.open_branch, opening)
         status, error, steps = "failed", "", data.first_step
+        heartbeat = timedelta(seconds=data.heartbeat_timeout_seconds)
         for step in range(data.first_step, data.step_limit):
             if step > data.first_step and run_is_long(
                 continue_as_new=data.continue_as_new, max_history_events=data.max_history_events
@@ -70,6 +71,8 @@ class SubtaskWorkflow:
                         record=record if merged else None,
                     ),
                     start_to_close_timeout=timedelta(seconds=data.model_timeout_seconds),
+                    heartbeat_timeout=heartbeat,
+                    task_queue=model_queue(data.model_task_queue, data.model),
                     retry_policy=model_retry(data.model_max_attempts),
                     summary=f"branch r{data.round}/b{data.ordinal} · step {step} · {data.model}",
                 )
@@ -85,7 +88,7 @@ class SubtaskWorkflow:
                 )
                 error = (
                     f"model call failed at step {step} ({failure.kind}; {posture}): "
-                    f"{failure.message}"
+                    f"{settled(failure.message)}"
                 )
                 break
             # A replayed step was written by an attempt that died before reporting: its usage
@@ -107,6 +110,7 @@ class SubtaskWorkflow:
                             subtask_type=data.subtask_type,
                         ),
                         start_to_close_timeout=timedelta(minutes=10),
+                        heartbeat_timeout=heartbeat,
                         retry_policy=STORE_RETRY,
                         summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
                     )

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ConsultActivities, SessionActivities
+    from activities import SessionActivities
     from errands.activity_io import (
         AppendAckInput,
         AppendReplyInput,
@@ -41,10 +41,11 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
     )
     from workflows._branches import failure_signature, run_branches, thread_id, to_start
-    from workflows._failures import Failure
-    from workflows._options import model_retry, run_is_long, store_call
+    from workflows._failures import Failure, settled
+    from workflows._options import run_is_long, store_call
     from workflows._round import RoundDecider, Waiting
     from workflows._search import Publisher
+    from workflows._side import answer_side_question
     from workflows._waiting import HandOver, PendingQuestion
 
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
@@ -64,6 +65,7 @@ class TaskWorkflow:
         self._reply: str | None = None
         self._join_reason: str | None = None
         self._error: TaskError | None = None
+        self._last_error: TaskError | None = None
         resume = self.state.resume
         self._question = PendingQuestion(resume.questions if resume else None)
         self._side_in_flight = False
@@ -111,22 +113,20 @@ class TaskWorkflow:
 
     @workflow.update(name="ask_side_question")
     async def ask_side_question(self, request: SideQuestion) -> SideAnswer:
-        data = self.data
+        data, settings = self.data, self.data.settings
         self._side_in_flight = True
         try:
-            answer = await workflow.execute_activity_method(
-                ConsultActivities.answer_side_question,
+            answer = await answer_side_question(
                 SideQuestionInput(
                     task_id=data.task_id,
                     session_id=data.session_id,
                     question=request.question,
                     model=data.side_question_model or data.model,
                     round=self.state.last_round,
+                    timeout_seconds=settings.side_question_timeout_seconds,
+                    heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
+                    model_task_queue=settings.model_task_queue,
                 ),
-                start_to_close_timeout=timedelta(
-                    seconds=data.settings.side_question_timeout_seconds
-                ),
-                retry_policy=model_retry(3),
                 summary="side question",
             )
         finally:
@@ -186,6 +186,7 @@ class TaskWorkflow:
             replied_by=None if self._reply is None else "join" if self._join_reason else "model",
             join_reason=self._join_reason,
             error=self._error,
+            last_error=self._last_error,
             rounds=state.rounds,
             attempts=state.attempts,
             steps=state.steps,
@@ -230,7 +231,7 @@ class TaskWorkflow:
                         continue
                     await self._give_up(outcome)
                     return
-                state.retries = 0
+                state.retries, self._last_error = 0, None
                 if isinstance(outcome, ReplyDecision):
                     await self._reply_with(outcome)
                     return
@@ -269,8 +270,14 @@ class TaskWorkflow:
         settings, state = self.data.settings, self.state
         if not failure.transient or state.retries >= settings.round_retry_limit:
             return False
-        self._phase = f"round {round_}: models unavailable, retrying later"
-        await workflow.sleep(timedelta(seconds=settings.round_retry_seconds * 2**state.retries))
+        wait = settings.round_retry_seconds * 2**state.retries
+        # Shown by the status query while the round waits: no history event for it.
+        self._last_error = TaskError(kind="transient", message=settled(failure.message))
+        self._phase = (
+            f"round {round_}: models unavailable, retry {state.retries + 1} of "
+            f"{settings.round_retry_limit} in {wait:.0f} s"
+        )
+        await workflow.sleep(timedelta(seconds=wait))
         state.retries += 1
         return True
 
@@ -364,19 +371,24 @@ class TaskWorkflow:
 
     async def _give_up(self, failure: Failure) -> None:
         """No model can answer: deliver completed branches if any, else fail with the kind."""
-        data = self.data
+        data, state = self.data, self.state
+        message = settled(failure.message)
+        if failure.transient and state.retries:
+            times = "once" if state.retries == 1 else f"{state.retries} times"
+            message = f"round {state.round} was retried {times} and failed each time: {message}"
+        self._last_error = None
         joined = await store_call(
             SessionActivities.deterministic_join,
-            JoinInput(task_id=data.task_id, session_id=data.session_id, reason=failure.message),
+            JoinInput(task_id=data.task_id, session_id=data.session_id, reason=message),
         )
         if joined is not None:
             workflow.logger.warning(
-                "task %s replied by deterministic join: %s", data.task_id, failure.message
+                "task %s replied by deterministic join: %s", data.task_id, message
             )
-            self._replied(joined, join_reason=failure.message)
+            self._replied(joined, join_reason=message)
             return
         kind = "exhausted" if failure.kind == "no_decision" else failure.kind
-        self._fail(kind, failure.message)
+        self._fail(kind, message)
 
     def _replied(self, text: str, *, join_reason: str | None = None) -> None:
         self._reply, self._join_reason = text, join_reason

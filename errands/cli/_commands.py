@@ -4,6 +4,7 @@ handler talks to errands through ``errands.Client``; refusals are ``errands.erro
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 
 from errands.cli._follow import follow
@@ -179,7 +180,7 @@ async def config(args: argparse.Namespace) -> int:
 
 
 async def dev(args: argparse.Namespace) -> int:
-    from worker import build_worker
+    from worker import running_workers
 
     settings = load_settings(
         ERRANDS_DEV_PORT=args.port, ERRANDS_DEV_UI_PORT=args.ui_port, ERRANDS_DATA_DIR=args.data_dir
@@ -191,7 +192,8 @@ async def dev(args: argparse.Namespace) -> int:
             note(
                 f"errands dev: Temporal at {server.address}, UI at {server.ui_url}, worker running"
             )
-            await build_worker(temporal, settings, store=store).run()
+            async with running_workers(temporal, settings, store=store):
+                await asyncio.Event().wait()  # until the command is stopped
     finally:
         store.close()
     return 0

@@ -35,14 +35,14 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
             "embedded stack with `errands dev`",
             setting="TEMPORAL_ADDRESS",
         )
-    from worker import build_worker
+    from worker import running_workers
 
     store = open_store(settings.session_database_url())
     try:
         note(f"errands: starting the embedded Temporal dev server (data in {settings.data_dir}/)")
         async with dev_server(settings) as server:
             temporal = await connect(server.address, settings.temporal_namespace)
-            async with build_worker(temporal, settings, store=store):
+            async with running_workers(temporal, settings, store=store):
                 yield Client(temporal, settings, store=store)
     finally:
         store.close()

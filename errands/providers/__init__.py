@@ -1,8 +1,8 @@
 """Model providers: the official SDK clients with their retries off, and one error classifier.
 
-A provider maps the neutral ``ModelRequest`` to one API's wire format and back; it raises the
-SDK's own exceptions, which the activity turns into retry posture with
-``classify_provider_error`` (DESIGN invariant 3).
+A provider maps the neutral ``ModelRequest`` to one API's wire format and back, as the model
+catalog (``errands.models``) says the model takes it; it raises the SDK's own exceptions, which
+the activity turns into retry posture with ``classify_provider_error`` (DESIGN invariant 3).
 """
 
 from typing import Protocol
@@ -17,9 +17,11 @@ from errands.providers._anthropic import (
 from errands.providers._errors import (
     classify_provider_error,
     missing_credentials,
+    refuses_required_tool_choice,
 )
 from errands.providers._openai import (
     OpenAIChatProvider,
+    is_openai_api,
     openai_client,
     openai_params,
     openai_response,
@@ -44,8 +46,10 @@ __all__ = [
     "anthropic_params",
     "anthropic_response",
     "classify_provider_error",
+    "is_openai_api",
     "missing_credentials",
     "openai_client",
     "openai_params",
     "openai_response",
+    "refuses_required_tool_choice",
 ]

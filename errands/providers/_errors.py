@@ -10,8 +10,13 @@ activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one 
     permission         403                               -> non_retryable
     unknown_model      404                               -> non_retryable
     payload_too_large  413                               -> non_retryable
-    invalid_request    any other 4xx                     -> non_retryable
+    invalid_request    any other 4xx, or a 500/501 whose body names the request
+                       ("JSON schema conversion failed", "invalid", "unsupported",
+                       "parse"): the same request fails the same way -> non_retryable
     internal           anything else: a bug on our side  -> non_retryable
+
+``refuses_required_tool_choice`` recognises a server that takes only ``auto``/``none`` for
+``tool_choice``; the OpenAI provider retries such a call with ``auto`` instead of failing it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ from errands.errors import FailureKind
 _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _URL_VARIABLES = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
 _TRANSIENT_STATUSES = {408, 409, 429}
+# A 500/501 is the server's own verdict, and these words say it is about the request (llama.cpp:
+# "JSON schema conversion failed: …"); gateways (502-504) and overload (529) stay transient.
+_REQUEST_VERDICT_STATUSES = {500, 501}
+_NAMES_THE_REQUEST = re.compile(
+    r"json schema|\binvalid|\bunsupported|not supported|\bpars(e|ing)", re.IGNORECASE
+)
+_TOOL_CHOICE_REFUSAL_STATUSES = {400, 422, 500}
+_NAMES_TOOL_CHOICE = re.compile(r"""tool[_ ]choice|['"`]required['"`]""", re.IGNORECASE)
 
 # Providers echo part of a rejected key back ("Incorrect API key provided: sk-ab***yz"); strip
 # anything key-shaped so no fragment of a credential reaches workflow history.
@@ -92,11 +105,30 @@ def missing_credentials(error: BaseException, provider: str) -> ApplicationError
 StatusError = openai.APIStatusError | anthropic.APIStatusError
 
 
+def refuses_required_tool_choice(error: BaseException) -> bool:
+    """Whether ``error`` is a server refusing ``tool_choice: "required"`` (some accept only
+    ``auto`` and ``none``), as opposed to any other failure of the same request."""
+    return (
+        isinstance(error, _STATUS_ERRORS)
+        and error.status_code in _TOOL_CHOICE_REFUSAL_STATUSES
+        and bool(_NAMES_TOOL_CHOICE.search(_provider_message(error)))
+    )
+
+
 def _classify_status(error: StatusError, provider: str) -> ApplicationError:
     status = error.status_code
     said = _provider_message(error)
     key_var = _KEY_VARIABLES.get(provider, "the API key variable")
     url_var = _URL_VARIABLES.get(provider, "the base URL variable")
+    if status in _REQUEST_VERDICT_STATUSES and _NAMES_THE_REQUEST.search(said):
+        return _failure(
+            "invalid_request",
+            provider,
+            f"{provider} could not process the request (HTTP {status}: {said}); the server "
+            "names the request itself, so sending it again cannot succeed - use a model or "
+            f"server that accepts it ({url_var}, ERRANDS_MODELS)",
+            status=status,
+        )
     if status in _TRANSIENT_STATUSES or status >= 500 or _error_type(error) == "overloaded_error":
         return _failure(
             "transient",

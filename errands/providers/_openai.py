@@ -1,18 +1,25 @@
 """OpenAI Chat Completions (and any server that speaks it) through the official SDK, retries off.
 
-The request mapping is a pure function of the ``ModelRequest``: the same request always becomes
-the same JSON body, byte for byte, because a side question replays a round's exact prefix to hit
-the provider's prompt cache.
+The request mapping is a pure function of the ``ModelRequest`` and the model's catalog entry: the
+same request always becomes the same JSON body, byte for byte, because a side question replays a
+round's exact prefix to hit the provider's prompt cache.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletion
 
 from errands.contracts import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from errands.models import CATALOG, ModelCatalog, ModelInfo
+from errands.providers._errors import refuses_required_tool_choice
+
+logger = logging.getLogger("errands.providers")
 
 
 def openai_client(*, api_key: str | None, base_url: str | None) -> openai.AsyncOpenAI:
@@ -23,8 +30,22 @@ def openai_client(*, api_key: str | None, base_url: str | None) -> openai.AsyncO
     return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0)
 
 
-def openai_params(model: str, request: ModelRequest) -> dict[str, Any]:
-    """The keyword arguments for ``chat.completions.create``, in a fixed order."""
+def is_openai_api(base_url: object) -> bool:
+    """Whether ``base_url`` (a URL or its text) is OpenAI's own API, not a compatible server."""
+    host = urlsplit(str(base_url)).hostname or ""
+    return host == "api.openai.com" or host.endswith(".api.openai.com")
+
+
+def openai_params(
+    model: str, request: ModelRequest, info: ModelInfo | None = None
+) -> dict[str, Any]:
+    """The keyword arguments for ``chat.completions.create``, in a fixed order.
+
+    ``info`` (default: the built-in catalog's entry, as on OpenAI's own API) decides what the
+    model accepts: no temperature for the families that refuse one, and the output limit in
+    ``max_completion_tokens``, ``max_tokens`` or both, capped at the model's longest output.
+    """
+    info = info or CATALOG.lookup(f"openai:{model}")
     messages: list[dict[str, Any]] = []
     # An empty system prompt sends nothing rather than an empty system turn.
     if request.system:
@@ -44,8 +65,12 @@ def openai_params(model: str, request: ModelRequest) -> dict[str, Any]:
             for tool in request.tools
         ]
         params["tool_choice"] = request.tool_choice
-    params["max_completion_tokens"] = request.max_output_tokens
-    if request.temperature is not None:
+    limit = min(request.max_output_tokens, info.max_output)
+    if info.output_limit in ("max_completion_tokens", "both", None):
+        params["max_completion_tokens"] = limit
+    if info.output_limit in ("max_tokens", "both"):
+        params["max_tokens"] = limit
+    if request.temperature is not None and info.temperature:
         params["temperature"] = request.temperature
     return params
 
@@ -82,30 +107,81 @@ def openai_response(completion: ChatCompletion) -> ModelResponse:
         else:  # a free-form "custom" tool call: its input is the raw text
             calls.append(ToolCall(id=call.id, name=call.custom.name, arguments=call.custom.input))
     usage = completion.usage
-    details = usage.prompt_tokens_details if usage else None
+    prompt = usage.prompt_tokens_details if usage else None
+    output = usage.completion_tokens_details if usage else None
     return ModelResponse(
         text=choice.message.content or "",
         tool_calls=calls,
+        # As the server said it: "length" tells the round that the output limit cut the call.
         finish_reason=choice.finish_reason or "stop",
         usage=Usage(
             input_tokens=(usage.prompt_tokens if usage else None) or 0,
             output_tokens=(usage.completion_tokens if usage else None) or 0,
-            cached_tokens=(details.cached_tokens if details else None) or 0,
+            cached_tokens=(prompt.cached_tokens if prompt else None) or 0,
+            cache_write_tokens=(prompt.cache_write_tokens if prompt else None) or 0,
+            reasoning_tokens=(output.reasoning_tokens if output else None) or 0,
         ),
         model=completion.model,
     )
 
 
 class OpenAIChatProvider:
-    """Chat Completions: OpenAI itself, or any compatible server behind ``base_url``."""
+    """Chat Completions: OpenAI itself, or any compatible server behind ``base_url``.
+
+    A model whose server refuses ``tool_choice: "required"`` gets ``auto`` instead, from the
+    first refusal for the rest of this provider's life (the worker's): the round's repair of
+    narration covers a model that then answers in prose.
+    """
 
     name = "openai"
 
-    def __init__(self, client: openai.AsyncOpenAI) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, catalog: ModelCatalog | None = None) -> None:
         self._client = client
+        self._catalog = catalog or CATALOG
+        self._official = is_openai_api(client.base_url)
+        self._auto_only: set[str] = set()
+        """Models (on this base URL) whose server refused ``tool_choice: "required"``."""
 
     async def complete(self, model: str, request: ModelRequest, *, timeout: float) -> ModelResponse:
-        completion = await self._client.chat.completions.create(
-            **openai_params(model, request), timeout=timeout
-        )
+        info = self._catalog.lookup(f"openai:{model}", official_api=self._official)
+        if model in self._auto_only:
+            request = _auto(request)
+        deadline = time.monotonic() + timeout
+        try:
+            completion = await self._create(model, request, info, timeout)
+        except openai.APIStatusError as error:
+            if request.tool_choice != "required" or not request.tools:
+                raise
+            if not refuses_required_tool_choice(error):
+                raise
+            self._remember_auto(model)
+            remaining = max(1.0, deadline - time.monotonic())
+            completion = await self._create(model, _auto(request), info, remaining)
         return openai_response(completion)
+
+    async def _create(
+        self, model: str, request: ModelRequest, info: ModelInfo, timeout: float
+    ) -> ChatCompletion:
+        return await self._client.chat.completions.create(
+            **openai_params(model, request, info), timeout=timeout
+        )
+
+    def _remember_auto(self, model: str) -> None:
+        if model in self._auto_only:
+            return
+        self._auto_only.add(model)
+        url = self._client.base_url
+        # Scheme, host and port only: a URL's user info or query could carry a secret.
+        origin = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
+        logger.warning(
+            "the server at %s refuses tool_choice 'required' for model %r; sending 'auto' for "
+            "it from now on (a model that then answers in prose is repaired)",
+            origin,
+            model,
+        )
+
+
+def _auto(request: ModelRequest) -> ModelRequest:
+    if request.tool_choice != "required":
+        return request
+    return request.model_copy(update={"tool_choice": "auto"})
