@@ -17,6 +17,9 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities._repeats import settle_server_error
 
 BEAT_SECONDS = 1.0
 """Between two heartbeats. Cheap: the worker throttles what it sends to the server."""
@@ -40,6 +43,11 @@ async def heartbeating(work: Awaitable[T]) -> T:
     beats = asyncio.create_task(_beat())
     try:
         return await work
+    except ApplicationError as error:
+        settled = settle_server_error(error)
+        if settled is error:
+            raise
+        raise settled from None
     finally:
         beats.cancel()
 

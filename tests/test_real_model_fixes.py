@@ -353,3 +353,31 @@ async def test_a_finished_tasks_side_question_fallback_gets_its_own_time_budget(
     )
     assert answer.path == "fallback" and answer.answer.startswith("PostgreSQL")
     assert len(script.preferred) == 1 and len(script.fallback) == 1
+
+
+# -- a 500 that repeats itself is a refusal, not an outage -----------------------------------
+
+
+async def test_a_500_with_the_same_words_twice_ends_the_retries_as_an_invalid_request(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    said = "failed to process the prompt"  # words the classifier alone cannot place
+    scripted.script("gpt-real", *[Fail(500, said)] * 2)
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(model_max_attempts=6)
+    )
+    result = await handle.result()
+    assert result.status == "failed" and result.error is not None
+    assert result.error.kind == "invalid_request"
+    assert "same answer came on two attempts in a row" in result.error.message
+    assert len(scripted.requests_for("gpt-real")) == 2, "the first repeat ends the retries"
+
+
+async def test_a_503_that_repeats_itself_is_still_an_outage_and_retried(
+    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-real", Fail(503, "overloaded"), Fail(503, "overloaded"), final("back"))
+    handle = await start_task(
+        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(model_max_attempts=6)
+    )
+    assert (await handle.result()).reply == "back"
