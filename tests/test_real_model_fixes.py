@@ -381,3 +381,19 @@ async def test_a_503_that_repeats_itself_is_still_an_outage_and_retried(
         client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(model_max_attempts=6)
     )
     assert (await handle.result()).reply == "back"
+
+
+def test_broken_json_is_described_without_a_doubled_word() -> None:
+    from errands.asking import parse_ask_user
+    from errands.control import parse_final_reply
+    from errands.errors import ModelMistake
+
+    cut = '{"text": "a long answer cut off'
+    for parse in (lambda c: parse_final_reply([c]), lambda c: parse_ask_user(c, set_id="q")):
+        try:
+            parse(ToolCall(id="1", name="final_reply", arguments=cut))
+        except ModelMistake as error:
+            assert "Unterminated string starting at position 9" in str(error)
+            assert "at at" not in str(error)
+        else:
+            raise AssertionError("broken JSON was accepted")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, computed_field
 
 from errands.contracts import ToolCall, ToolSpec
-from errands.control import ASK_USER
+from errands.control import ASK_USER, NOT_BLANK, json_error
 from errands.errors import ModelMistake
 
 QuestionType = Literal["multiple_choice", "text"]
@@ -21,7 +21,6 @@ MIN_OPTIONS = 2
 MAX_OPTIONS = 4
 OTHER_LABEL = "Other"
 HEADER_DEFAULT_LENGTH = 24
-NOT_BLANK = r"\S"
 
 _Fail = Callable[[str], ModelMistake]
 
@@ -342,7 +341,7 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
         args = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as error:
         raise ModelMistake(
-            f"ask_user: the arguments are not valid JSON ({error.msg} at position {error.pos}). "
+            f"ask_user: the arguments are not valid JSON ({json_error(error)}). "
             "Send a JSON object with `questions`."
         ) from None
     except RecursionError:
