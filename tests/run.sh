@@ -9,7 +9,7 @@ report=test-artifacts/junit.xml
 rm -f "$report"
 select=()
 # The real-model tests need llama-server (`make llama-server` builds it); 0 leaves them out.
-if [ "${ERRANDS_REAL_MODEL:-1}" = 0 ]; then
+if [ "${ERRANDS_REAL_MODEL:-0}" = 0 ]; then
   select=(-m "not real_model")
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$report" ${select[@]+"${select[@]}"} "$@"
