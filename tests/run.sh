@@ -8,8 +8,11 @@ mkdir -p test-artifacts
 report=test-artifacts/junit.xml
 rm -f "$report"
 select=()
-# The real-model tests need llama-server (`make llama-server` builds it); 0 leaves them out.
-if [ "${ERRANDS_REAL_MODEL:-0}" = 0 ]; then
+# The real-model tests need llama-server (`make llama-server` builds it). They run in CI
+# (CI=true) and with ERRANDS_REAL_MODEL=1; ERRANDS_REAL_MODEL=0 leaves them out.
+default=0
+if [ "${CI:-}" = true ]; then default=1; fi
+if [ "${ERRANDS_REAL_MODEL:-$default}" = 0 ]; then
   select=(-m "not real_model")
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$report" ${select[@]+"${select[@]}"} "$@"
