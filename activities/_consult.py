@@ -36,7 +36,9 @@ class ConsultActivities:
         return await heartbeating(self._consult_advisor(data))
 
     async def _consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
-        request, _ = await asyncio.to_thread(round_request, self._store, self._types, data.round)
+        request, _, _ = await asyncio.to_thread(
+            round_request, self._store, self._types, data.round
+        )
         nested = advisor_request([request.system], request.messages, data.question)
         response = await self._router.complete(data.model, nested, timeout=model_timeout())
         return AdvisorOutput(
@@ -59,7 +61,7 @@ class ConsultActivities:
         usage: dict[str, ModelUsage] = {}
         messages: list[Message] = []
         if data.round is not None:
-            request, _ = await asyncio.to_thread(
+            request, _, _ = await asyncio.to_thread(
                 round_request, self._store, self._types, data.round
             )
             messages = request.messages

@@ -9,6 +9,7 @@ import json
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities._context import ContextFitter, SessionView, session_view
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from activities._threads import open_threads, thread_messages, write_branch_row
@@ -36,21 +37,31 @@ class ModelActivities:
         self._store = store
         self._router = router
         self._types = types
+        self._fitter = ContextFitter(store, router)
 
     @activity.defn(name="round_step")
     async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
         return await heartbeating(self._round_step(data))
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
-        request, catalog_size = await asyncio.to_thread(
-            round_request, self._store, self._types, data
+        fitting = self._fitter.fitting(
+            data.model, lambda: round_request(self._store, self._types, data)
         )
-        response = await self._router.complete(data.model, request, timeout=model_timeout())
-        return RoundStepOutput(
-            response=response,
-            catalog_size=catalog_size,
-            attempt=activity.info().attempt,
-        )
+        while True:
+            request, catalog_size = await fitting.fit()
+            try:
+                response = await self._router.complete(data.model, request, timeout=model_timeout())
+            except ApplicationError as error:
+                if error.type != "context":
+                    raise
+                fitting.refused(error)  # the next fit compacts
+                continue
+            return RoundStepOutput(
+                response=response,
+                catalog_size=catalog_size,
+                attempt=activity.info().attempt,
+                compaction=fitting.spent if fitting.spent.calls else None,
+            )
 
     @activity.defn(name="open_branch")
     async def open_branch(self, data: OpenBranchInput) -> None:
@@ -65,7 +76,7 @@ class ModelActivities:
         return await heartbeating(self._branch_step(data))
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
-        stored, messages = await asyncio.to_thread(self._read_thread, data)
+        stored = await asyncio.to_thread(self._stored_step, data)
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
             calls = stored.meta.get("tool_calls", [])
@@ -80,17 +91,17 @@ class ModelActivities:
                 model=stored.meta.get("model", data.model),
                 replayed=True,
             )
-        subtask_type = self._types[data.subtask_type]
-        if data.last_step:
-            messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
-        request = ModelRequest(
-            system=subtask_type.instructions,
-            messages=messages,
-            tools=[] if data.last_step else [t.spec for t in subtask_type.tools],
-            tool_choice="auto",
-            max_output_tokens=data.max_output_tokens,
-        )
-        response = await self._router.complete(data.model, request, timeout=model_timeout())
+        fitting = self._fitter.fitting(data.model, lambda: self._branch_request(data))
+        while True:
+            request, _ = await fitting.fit()
+            try:
+                response = await self._router.complete(data.model, request, timeout=model_timeout())
+            except ApplicationError as error:
+                if error.type != "context":
+                    raise
+                fitting.refused(error)  # the next fit compacts
+                continue
+            break
         step = NewMessage(
             id=ids.thread_step_id(data.thread_id, data.step),
             session_id=data.thread_id,
@@ -112,18 +123,37 @@ class ModelActivities:
             usage=response.usage,
             model=data.model,
             attempt=activity.info().attempt,
+            compaction=fitting.spent if fitting.spent.calls else None,
         )
 
-    def _read_thread(self, data: BranchStepInput) -> tuple[StoredMessage | None, list[Message]]:
-        """The step already stored by an earlier attempt, or the thread's messages so far
-        (opening the thread first on a branch's first step)."""
+    def _stored_step(self, data: BranchStepInput) -> StoredMessage | None:
+        """The step already stored by an earlier attempt (opening the thread first on a
+        branch's first step, which is usually opened already, with the acknowledgement)."""
         if data.open is not None:
-            # Usually opened already, with the round's acknowledgement.
             open_threads(self._store, [data.open])
-        stored = self._store.get(ids.thread_step_id(data.thread_id, data.step))
-        if stored is not None:
-            return stored, []
-        return None, thread_messages(self._store.list_session(data.thread_id))
+        return self._store.get(ids.thread_step_id(data.thread_id, data.step))
+
+    def _branch_request(self, data: BranchStepInput) -> tuple[ModelRequest, int, SessionView]:
+        """The step's request from the thread as stored: its opening (always word for word),
+        the latest compaction summary of the thread, and the steps after it. Blocking."""
+        opening = self._store.get(ids.thread_instructions_id(data.thread_id))
+        view = session_view(self._store, data.thread_id, None)
+        rows = [r for r in view.rows if opening is None or r.id != opening.id]
+        messages = thread_messages([opening] if opening else [])
+        if view.summary is not None:
+            messages.append(Message(role="user", text=prompts.summary_message(view.summary.text)))
+        messages += thread_messages(rows)
+        subtask_type = self._types[data.subtask_type]
+        if data.last_step:
+            messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
+        request = ModelRequest(
+            system=subtask_type.instructions,
+            messages=messages,
+            tools=[] if data.last_step else [t.spec for t in subtask_type.tools],
+            tool_choice="auto",
+            max_output_tokens=data.max_output_tokens,
+        )
+        return request, 0, SessionView(data.thread_id, view.summary, rows)
 
     def _write_step(self, step: NewMessage, record: RecordBranchInput | None) -> None:
         self._store.append_once(step)

@@ -4,6 +4,7 @@ messages (the side question's prompt-cache parity depends on it)."""
 
 from __future__ import annotations
 
+from activities._context import SessionView, session_view
 from errands import prompts
 from errands.activity_io import RoundStepInput
 from errands.advisor import advisor_spec
@@ -17,10 +18,11 @@ from errands.subtask_types import SubtaskType
 
 def round_request(
     store: SessionStore, types: dict[str, SubtaskType], data: RoundStepInput
-) -> tuple[ModelRequest, int]:
-    """The round's request and the size of its catalog. Blocking: call it from a thread."""
-    rows = store.list_session(data.session_id, upto_seq=data.upto_seq)
-    rendered = render_session(rows, data.task_id)
+) -> tuple[ModelRequest, int, SessionView]:
+    """The round's request, the size of its catalog, and the view of the session it renders
+    (from the latest compaction summary on). Blocking: call it from a thread."""
+    view = session_view(store, data.session_id, data.upto_seq)
+    rendered = render_session(view.rows, data.task_id, view.summary)
     installed = list(types.values())
     delegable = data.final_reason is None and bool(installed)
     # Control tools first (the order is part of the prompt), then work tools.
@@ -43,4 +45,4 @@ def round_request(
         # advisor share; the slot's own repair messages after it are not.
         cache_upto=len(rendered.messages),
     )
-    return request, len(rendered.catalog)
+    return request, len(rendered.catalog), view

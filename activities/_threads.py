@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from activities._context import session_view
 from errands import ids, prompts
 from errands.activity_io import OpenBranchInput, RecordBranchInput
 from errands.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
@@ -20,8 +21,8 @@ def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> No
     for opening in todo:
         key = (opening.session_id, opening.task_id, opening.catalog_upto_seq)
         if key not in catalogs:
-            rows = store.list_session(opening.session_id, upto_seq=opening.catalog_upto_seq)
-            catalogs[key] = render_session(rows, opening.task_id).catalog
+            view = session_view(store, opening.session_id, opening.catalog_upto_seq)
+            catalogs[key] = render_session(view.rows, opening.task_id, view.summary).catalog
         cited = referenced_messages(catalogs[key], opening.references)
         store.append_once(
             NewMessage(

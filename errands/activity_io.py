@@ -84,6 +84,8 @@ class RoundStepOutput(BaseModel):
     catalog_size: int
     attempt: int
     """The activity attempt that succeeded; earlier attempts were failed calls."""
+    compaction: ModelUsage | None = None
+    """The summary calls this attempt made to fit the request (the ledger's ``compaction``)."""
 
 
 class AppendAckInput(BaseModel):
@@ -162,6 +164,8 @@ class BranchStepOutput(BaseModel):
     attempt: int = 1
     replayed: bool = False
     """True when the step was already stored: no model call was made."""
+    compaction: ModelUsage | None = None
+    """The summary calls this attempt made to fit the thread (the ledger's ``compaction``)."""
 
 
 class RunToolInput(BaseModel):

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from itertools import groupby
 
-from errands import ids
+from errands import ids, prompts
 from errands.contracts import Message, StoredMessage, ToolCall
 from errands.control import DELEGATE
 
@@ -34,11 +34,19 @@ def subtask_id(round_: int, ordinal: int) -> str:
     return f"r{round_}-b{ordinal}"
 
 
-def render_session(rows: list[StoredMessage], task_id: str) -> RenderedSession:
-    """Turn the session's rows (in seq order) into model messages and the round's catalog."""
+def render_session(
+    rows: list[StoredMessage], task_id: str, summary: StoredMessage | None = None
+) -> RenderedSession:
+    """Turn the session's rows (in seq order) into model messages and the round's catalog.
+
+    With a compaction ``summary``, ``rows`` are those after the stretch it covers: the summary
+    opens the conversation, and the catalog numbers only what follows it (what the model sees).
+    """
     branches = _branches_by_round(rows, task_id)
     acks = {r.round: r for r in rows if r.kind == "ack" and r.task_id == task_id}
     messages: list[Message] = []
+    if summary is not None:
+        messages.append(Message(role="user", text=prompts.summary_message(summary.text)))
     catalog: list[CatalogEntry] = []
     restored: set[int] = set()
     for row in rows:
@@ -55,9 +63,7 @@ def render_session(rows: list[StoredMessage], task_id: str) -> RenderedSession:
             messages.append(Message(role="assistant", text=row.text))
             continue
         if row.kind == "summary":
-            messages.append(
-                Message(role="user", text=f"(Summary of earlier conversation)\n{row.text}")
-            )
+            # Only the one the rendering starts from is shown; the others it folded in.
             continue
         if row.kind not in ("user", "reply") or not row.text.strip():
             continue

@@ -125,7 +125,7 @@ class ModelUsage(BaseModel):
         self.reasoning_tokens += other.reasoning_tokens
 
 
-UsagePart = Literal["rounds", "branches", "side_questions", "advisor"]
+UsagePart = Literal["rounds", "branches", "side_questions", "advisor", "compaction"]
 
 
 class UsageLedger(BaseModel):

@@ -46,6 +46,7 @@ FailureKind = Literal[
     "unknown_model",
     "invalid_request",
     "payload_too_large",
+    "context",
     "transient",
     "internal",
     "canceled",
@@ -57,6 +58,8 @@ FailureKind = Literal[
 - ``transient``: timeouts, connection errors, 408/409/429/5xx; retried, then the task fails.
 - ``credential``, ``permission``, ``unknown_model``, ``invalid_request``, ``payload_too_large``:
   a provider refused the request; no retry or fallback can clear it.
+- ``context``: the conversation did not fit the model's context window, even after compacting
+  it (SPEC §7); a larger window (``ERRANDS_MODELS``), another model or a new session clears it.
 - ``exhausted``: no model produced a usable decision within the repairs and the step budget.
 - ``internal``: a bug in errands (or a plugin); report it.
 - ``canceled``, ``terminated``, ``timed_out``: the task was stopped from outside: cancelled, an
@@ -71,6 +74,7 @@ NON_RECOVERABLE: tuple[FailureKind, ...] = (
     "unknown_model",
     "invalid_request",
     "payload_too_large",
+    "context",
     "internal",
 )
 """Kinds no retry or fallback can clear: the same dead credential would be presented again.

@@ -51,6 +51,12 @@ def thread_instructions_id(thread_id: str) -> str:
     return f"{thread_id}:instructions"
 
 
+def summary_id(session_id: str, covers_upto: int) -> str:
+    """A compaction summary of ``session_id`` (a session or a branch's thread) folding in every
+    row up to seq ``covers_upto``: the same stretch always names the same row."""
+    return f"{session_id}:summary:{covers_upto}"
+
+
 def provider_safe(raw: str) -> str:
     """A tool-call id every provider accepts (Anthropic rejects anything outside [A-Za-z0-9_-])."""
     return _UNSAFE.sub("_", raw)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from errands.catalog import CatalogEntry
+from typing import TYPE_CHECKING
+
 from errands.subtask_types import SubtaskType
+
+if TYPE_CHECKING:
+    from errands.catalog import CatalogEntry
 
 FinalReason = str
 
@@ -101,3 +105,39 @@ DISMISSED_REPLY = (
 BRANCH_LAST_STEP = (
     "This is your last step: no tools are available now. Answer in plain text with what you have."
 )
+
+
+SUMMARY_INSTRUCTIONS = (
+    "You keep the memory of a long conversation between a user and errands, an agent that "
+    "works for them. The conversation no longer fits the model's context window, so the part "
+    "you are shown will be replaced by your summary: whatever you leave out is gone for every "
+    "later turn. Write a summary that a later turn can work from, in these sections:\n"
+    "- Goals and constraints: what the user wants and every requirement, preference or limit "
+    "they stated, in their own words where the wording matters.\n"
+    "- Decisions: each choice made, with its decision id (such as d-3) when it has one, and "
+    "who made it.\n"
+    "- Work done: what each earlier task concluded, with the facts, names, numbers and "
+    "references a later answer may need.\n"
+    "- Open questions: what is unresolved or still waiting on the user.\n"
+    "Be specific and complete; leave out greetings and repetition. Plain text, no preamble."
+)
+
+
+def summary_request_text(previous: str | None, transcript: str) -> str:
+    """The summary call's one user message: the summary so far, then the stretch to fold in."""
+    parts = []
+    if previous:
+        parts.append(
+            "The summary so far (of the conversation before the part below; keep everything in "
+            f"it that still matters):\n<summary>\n{previous}\n</summary>"
+        )
+    parts.append(
+        f"The conversation to fold into the summary:\n<conversation>\n{transcript}\n</conversation>"
+    )
+    parts.append("Write the updated summary.")
+    return "\n\n".join(parts)
+
+
+def summary_message(text: str) -> str:
+    """How a compaction summary opens the rendered conversation."""
+    return f"(Summary of the earlier conversation, which is no longer shown word for word.)\n{text}"

@@ -18,9 +18,10 @@ import anthropic
 import openai
 from temporalio.exceptions import ApplicationError
 
+from errands.context import TokenEstimator, request_bytes
 from errands.contracts import ModelRequest, ModelResponse
 from errands.demo import start_demo_server
-from errands.models import model_catalog
+from errands.models import ModelInfo, model_catalog
 from errands.providers import (
     AnthropicMessagesProvider,
     OpenAIChatProvider,
@@ -90,6 +91,13 @@ class ModelRouter:
         self._gates: dict[str, _Gate] = {}
         self._clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
         self._demo_server: ScriptedModelServer | None = None
+        self._catalog = model_catalog(settings.models)  # checked when the settings loaded
+        self.estimator = TokenEstimator()
+        """Bytes per token for each model, calibrated from the input tokens providers report."""
+
+    def model_info(self, spec: str) -> ModelInfo:
+        """What the catalog (with ``ERRANDS_MODELS``) knows of ``spec``: its window, its output."""
+        return self._catalog.lookup(spec)
 
     def route(self, spec: str) -> Route:
         provider_name, model = parse_model(spec)
@@ -104,13 +112,15 @@ class ModelRouter:
         route = self.route(spec)
         async with self._within_limits(spec, parse_model(spec)[0], timeout) as left:
             try:
-                return await route.provider.complete(route.model, request, timeout=left())
+                response = await route.provider.complete(route.model, request, timeout=left())
             except ApplicationError:
                 raise
             except Exception as error:  # noqa: BLE001 - the one place that decides retry posture
                 # `from None`: Temporal serialises an error's cause chain into history, and a
                 # provider's raw message may echo the key. The classified error is redacted.
                 raise with_jitter(classify_provider_error(error, route.provider.name)) from None
+        self.estimator.observe(spec, request_bytes(request), response.usage.input_tokens)
+        return response
 
     @contextlib.asynccontextmanager
     async def _within_limits(
@@ -163,7 +173,7 @@ class ModelRouter:
 
     def _build(self, provider_name: str) -> Provider:
         s = self._settings
-        catalog = model_catalog(s.models)  # checked when the settings loaded
+        catalog = self._catalog
         if provider_name == "anthropic":
             key = s.anthropic_api_key.get_secret_value() if s.anthropic_api_key else None
             client = anthropic_client(api_key=key, base_url=s.anthropic_base_url)

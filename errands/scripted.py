@@ -118,6 +118,9 @@ class ScriptedModelServer:
         self.unexpected: list[RecordedRequest] = []
         self._scripts: dict[str, deque[Step]] = {}
         self._refusals: dict[str, Fail] = {}
+        self._windows: dict[str, int] = {}
+        self.too_long: list[RecordedRequest] = []
+        """Requests refused as longer than their model's window (``limit_context``)."""
         self._seen_prefixes: set[str] = set()
         # The handlers run on the server thread while tests script and inspect from theirs.
         self._lock = threading.Lock()
@@ -140,6 +143,35 @@ class ScriptedModelServer:
         ``auto``/``none`` do; such a refusal plays no scripted step."""
         with self._lock:
             self._refusals[model] = Fail(status, message)
+
+    def limit_context(self, model: str, window: int) -> None:
+        """From now on, refuse every request for ``model`` whose input (counted as ``usage``
+        counts it, four bytes a token) and requested output together pass ``window`` tokens,
+        with the body the provider sends (OpenAI ``context_length_exceeded``, Anthropic "prompt
+        is too long"); such a refusal plays no scripted step and is kept in ``too_long``."""
+        with self._lock:
+            self._windows[model] = window
+
+    def _too_long(self, recorded: RecordedRequest) -> web.Response | None:
+        window = self._windows.get(recorded.model)
+        if window is None:
+            return None
+        body = recorded.body
+        output = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        tokens = len(recorded.raw) // 4
+        if tokens + output <= window:
+            return None
+        self.too_long.append(recorded)
+        if recorded.api == "openai":
+            message = (
+                f"This model's maximum context length is {window} tokens. However, you requested "
+                f"{tokens + output} tokens ({tokens} in the messages, {output} in the "
+                "completion). Please reduce the length of the messages or completion."
+            )
+            return _error_response("openai", 400, message, code="context_length_exceeded")
+        return _error_response(
+            "anthropic", 400, f"prompt is too long: {tokens + output} tokens > {window} maximum"
+        )
 
     def requests_for(self, model: str) -> list[RecordedRequest]:
         with self._lock:
@@ -169,6 +201,8 @@ class ScriptedModelServer:
             self.requests.clear()
             self.unexpected.clear()
             self._refusals.clear()
+            self._windows.clear()
+            self.too_long.clear()
             self._seen_prefixes.clear()
 
     @property
@@ -283,8 +317,12 @@ class ScriptedModelServer:
             index = len(self.requests)
             self.requests.append(recorded)
             refusal = self._refusals.get(recorded.model) if _asks_required(api, body) else None
+            too_long = self._too_long(recorded) if isinstance(body, dict) else None
             queue = self._scripts.get(recorded.model) if isinstance(body, dict) else None
-            step: Step | None = queue.popleft() if queue and refusal is None else None
+            playing = refusal is None and too_long is None
+            step: Step | None = queue.popleft() if queue and playing else None
+        if too_long is not None:
+            return too_long
         if refusal is not None:
             recorded.answered = refusal
             return _error_response(api, refusal.status, refusal.message)
@@ -524,12 +562,17 @@ def _anthropic_input(arguments: dict[str, Any] | str) -> Any:
 
 
 def _error_response(
-    api: Api, status: int, message: str, headers: dict[str, str] | None = None
+    api: Api,
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    code: str | None = None,
 ) -> web.Response:
     if api == "openai":
         fallback = "server_error" if status >= 500 else "invalid_request_error"
         kind = _OPENAI_ERROR_TYPES.get(status, fallback)
-        body: dict[str, Any] = {"error": {"message": message, "type": kind, "code": None}}
+        body: dict[str, Any] = {"error": {"message": message, "type": kind, "code": code}}
     else:
         fallback = "api_error" if status >= 500 else "invalid_request_error"
         kind = _ANTHROPIC_ERROR_TYPES.get(status, fallback)

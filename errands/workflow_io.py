@@ -237,6 +237,8 @@ class SubtaskInput(BaseModel):
     """Set by continue-as-new: the step this run starts at (the thread is already open)."""
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
     """Set by continue-as-new: what earlier runs of this branch spent."""
+    compaction: dict[str, ModelUsage] = Field(default_factory=dict)
+    """Summary calls of the runs before a continue-as-new (the ledger's ``compaction``)."""
 
 
 class SubtaskResult(BaseModel):
@@ -244,6 +246,8 @@ class SubtaskResult(BaseModel):
     error: str | None = None
     steps: int = 0
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    compaction: dict[str, ModelUsage] = Field(default_factory=dict)
+    """The summary calls that kept the branch's thread within its model's window."""
 
 
 class SideQuestion(BaseModel):

@@ -9,6 +9,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+from errands.prompts import SUMMARY_INSTRUCTIONS
+from errands.scripted import Reply
 from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 
 
@@ -95,9 +97,19 @@ def is_branch_request(request: Any) -> bool:
     return "final_reply" not in names
 
 
+def is_summary_call(request: Any) -> bool:
+    """A compaction's summary call: no tools, errands' summary instructions."""
+    system = request.body["messages"][0]["content"] if request.api == "openai" else None
+    system = system if system is not None else request.body.get("system")
+    if isinstance(system, list):
+        system = "".join(block.get("text", "") for block in system)
+    return not request.body.get("tools") and system == SUMMARY_INSTRUCTIONS
+
+
 class Conversation:
     """One scripted model playing both parts of a task: the main rounds, in order, and every
-    branch through ``branch`` (branches run concurrently, so their order is not scripted)."""
+    branch through ``branch`` (branches run concurrently, so their order is not scripted).
+    Summary calls, when a test lets the session outgrow the window, get a short summary."""
 
     def __init__(self, main: list[Any], branch: Any, *, branches: int) -> None:
         self._main = list(main)
@@ -105,8 +117,12 @@ class Conversation:
         self.calls = len(main) + branches
         self.main_requests: list[Any] = []
         self.branch_requests: list[Any] = []
+        self.summary_requests: list[Any] = []
 
     def __call__(self, request: Any) -> Any:
+        if is_summary_call(request):
+            self.summary_requests.append(request)
+            return Reply(text=f"summary {len(self.summary_requests)} of the earlier messages")
         if is_branch_request(request):
             self.branch_requests.append(request)
             return self._branch(request)

@@ -67,11 +67,17 @@ def test_user_and_assistant_messages_are_numbered_in_order() -> None:
     assert [e.message_id for e in rendered.catalog] == ["a", "b", f"task:{TASK}:user"]
 
 
-def test_summaries_are_context_without_an_index() -> None:
-    rows = [row(1, "s", "assistant", "summary", "earlier stuff"), row(2, "u", "user", "user", "q")]
-    rendered = render_session(rows, TASK)
+def test_the_summary_opens_the_view_without_an_index_and_the_others_are_not_shown() -> None:
+    summary = row(5, "s:summary:1", "system", "summary", "earlier stuff")
+    older = row(3, "s:summary:0", "system", "summary", "folded into the newer one")
+    rows = [older, row(2, "u", "user", "user", "q"), summary]
+    rendered = render_session(rows, TASK, summary)
     assert len(rendered.catalog) == 1 and rendered.catalog[0].message_id == "u"
-    assert "[ref" not in rendered.messages[0].text
+    assert [m.text for m in rendered.messages] == [
+        "(Summary of the earlier conversation, which is no longer shown word for word.)\n"
+        "earlier stuff",
+        "[ref 1] q",
+    ]
 
 
 def test_an_earlier_ack_becomes_the_delegate_call_and_its_results() -> None:

@@ -393,7 +393,10 @@ async def test_404_is_an_unknown_model_naming_the_model(api: str, server: Server
 
 
 async def test_413_is_a_non_retryable_payload_too_large(server: Server) -> None:
-    error = await failure("anthropic", server, Fail(413, "prompt is too long"))
+    # Anthropic's words for a body over its byte limit (a prompt over the window is `context`).
+    error = await failure(
+        "anthropic", server, Fail(413, "Request exceeds the maximum allowed number of bytes.")
+    )
 
     assert (error.type, error.non_retryable) == ("payload_too_large", True)
 

@@ -403,15 +403,22 @@ async def test_history_of_three_rounds_of_eight_branches_is_small_and_flat(
                 )
             )
         eight = [general(f"part {k}", 1) for k in range(8)]
-        Conversation(
+        convo = Conversation(
             [delegate(*eight), delegate(*eight), delegate(*eight), final("all done")],
             lambda r: Reply(text="branch output " * 50),
             branches=24,
         ).install(scripted, "gpt-main")
-        handle = await start_task(
-            client, settings.task_queue, "big job", model=MODEL, session=session
-        )
-        assert (await handle.result()).reply == "all done"
+        # 500 prior messages (1 MB) outgrow the default 32,000-token window: the summary calls
+        # of the compaction come on top of the scripted steps.
+        scripted.responder = convo
+        try:
+            handle = await start_task(
+                client, settings.task_queue, "big job", model=MODEL, session=session
+            )
+            assert (await handle.result()).reply == "all done"
+        finally:
+            scripted.responder = None
+        assert bool(convo.summary_requests) == (prior > 0)
         sizes[prior] = await history_bytes(handle)
     assert sizes[0] < 300_000, sizes
     assert sizes[500] <= sizes[0] * 1.10, sizes

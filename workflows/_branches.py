@@ -81,6 +81,7 @@ async def _branch(
     except ChildWorkflowError as error:
         return await _record_failed(data, round_, ordinal, draft, error)
     state.ledger.merge("branches", result.usage)
+    state.ledger.merge("compaction", result.compaction)
     return BranchOutcome(ordinal=ordinal, type=draft.type, status=result.status, error=result.error)
 
 

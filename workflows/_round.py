@@ -258,6 +258,8 @@ class RoundDecider:
                 calls=out.attempt,
                 failed_calls=out.attempt - 1,
             )
+            if out.compaction is not None:
+                state.ledger.merge("compaction", {model: out.compaction})
             work = {ADVISOR_TOOL} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if (

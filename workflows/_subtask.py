@@ -39,6 +39,7 @@ class SubtaskWorkflow:
         merged = workflow.patched(ONE_ACTIVITY_PER_STEP)
         ledger = UsageLedger()
         ledger.merge("branches", data.usage)
+        ledger.merge("compaction", data.compaction)
         opening = self._opening(data, thread_id) if data.first_step == 0 else None
         record = self._record(data, thread_id, "completed", None)
         if opening is not None and not merged:
@@ -53,7 +54,11 @@ class SubtaskWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     data.model_copy(
-                        update={"first_step": step, "usage": ledger.parts.get("branches", {})}
+                        update={
+                            "first_step": step,
+                            "usage": ledger.parts.get("branches", {}),
+                            "compaction": ledger.parts.get("compaction", {}),
+                        }
                     )
                 )
             steps += 1
@@ -96,6 +101,8 @@ class SubtaskWorkflow:
             ledger.charge(
                 "branches", out.model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
             )
+            if out.compaction is not None:
+                ledger.merge("compaction", {out.model: out.compaction})
             if out.tool_calls == 0:
                 status, error = "completed", ""
                 break
@@ -126,7 +133,13 @@ class SubtaskWorkflow:
                 self._record(data, thread_id, status, error or None),
             )
         usage: dict[str, ModelUsage] = ledger.parts.get("branches", {})
-        return SubtaskResult(status=status, error=error or None, steps=steps, usage=usage)  # type: ignore[arg-type]
+        return SubtaskResult(
+            status=status,  # type: ignore[arg-type]
+            error=error or None,
+            steps=steps,
+            usage=usage,
+            compaction=ledger.parts.get("compaction", {}),
+        )
 
     @staticmethod
     def _opening(data: SubtaskInput, thread_id: str) -> OpenBranchInput:

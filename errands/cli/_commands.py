@@ -156,9 +156,11 @@ async def history(args: argparse.Namespace) -> int:
             "id": r.id,
             "seq": r.seq,
             "role": r.role,
-            "kind": r.kind,
+            # A compaction summary, with the stretch of seqs it folds in.
+            "kind": "compaction" if r.kind == "summary" else r.kind,
             "text": r.text,
             "task_id": r.task_id,
+            **({"covers": r.meta["covers"]} if r.kind == "summary" else {}),
         }
         for r in rows
     ]

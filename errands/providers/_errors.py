@@ -9,6 +9,10 @@ activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one 
     credential         401 (or no credentials at all)    -> non_retryable
     permission         403                               -> non_retryable
     unknown_model      404                               -> non_retryable
+    context            a 400/413/500 saying the prompt is longer than the model's window
+                       (OpenAI ``context_length_exceeded``, Anthropic "prompt is too long",
+                       vLLM's and llama.cpp's wordings) -> non_retryable; the model activity
+                       compacts the conversation and sends it again
     payload_too_large  413                               -> non_retryable
     invalid_request    any other 4xx, or a 500/501 whose body names the request
                        ("JSON schema conversion failed", "invalid", "unsupported",
@@ -43,6 +47,12 @@ _TRANSIENT_STATUSES = {408, 409, 429}
 _REQUEST_VERDICT_STATUSES = {500, 501}
 _NAMES_THE_REQUEST = re.compile(
     r"json schema|\binvalid|\bunsupported|not supported|\bpars(e|ing)", re.IGNORECASE
+)
+_CONTEXT_STATUSES = {400, 413, 422, 500}
+_NAMES_THE_CONTEXT = re.compile(
+    r"context[_ ]length|maximum context|context (window|size)|prompt is too long"
+    r"|exceeds? the (available )?context|too many (input )?tokens|input (is )?too long",
+    re.IGNORECASE,
 )
 _TOOL_CHOICE_REFUSAL_STATUSES = {400, 422, 500}
 _NAMES_TOOL_CHOICE = re.compile(r"""tool[_ ]choice|['"`]required['"`]""", re.IGNORECASE)
@@ -120,6 +130,16 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
     said = _provider_message(error)
     key_var = _KEY_VARIABLES.get(provider, "the API key variable")
     url_var = _URL_VARIABLES.get(provider, "the base URL variable")
+    if status in _CONTEXT_STATUSES and (
+        _error_code(error) == "context_length_exceeded" or _NAMES_THE_CONTEXT.search(said)
+    ):
+        return _failure(
+            "context",
+            provider,
+            f"{provider} refused the request as longer than the model's context window "
+            f"(HTTP {status}: {said}); the conversation must be compacted to fit",
+            status=status,
+        )
     if status in _REQUEST_VERDICT_STATUSES and _NAMES_THE_REQUEST.search(said):
         return _failure(
             "invalid_request",
@@ -235,6 +255,15 @@ def _provider_message(error: StatusError) -> str:
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
             return inner["message"]
     return error.message
+
+
+def _error_code(error: StatusError) -> str | None:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("code"), str):
+            return inner["code"]
+    return None
 
 
 def _error_type(error: StatusError) -> str | None:

@@ -20,8 +20,15 @@ class SessionStore(Protocol):
 
     def get(self, message_id: str) -> StoredMessage | None: ...
 
-    def list_session(self, session_id: str, *, upto_seq: int | None = None) -> list[StoredMessage]:
-        """The session's rows in ``seq`` order, those with ``seq <= upto_seq`` when given."""
+    def list_session(
+        self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
+    ) -> list[StoredMessage]:
+        """The session's rows in ``seq`` order: those with ``after_seq < seq``, and
+        ``seq <= upto_seq`` when given."""
+        ...
+
+    def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
+        """The session's rows of one ``kind``, in ``seq`` order (an index finds them)."""
         ...
 
     def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:

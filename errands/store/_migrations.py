@@ -56,6 +56,11 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        2,
+        "compaction summaries found without a scan of the session",
+        ("CREATE INDEX messages_session_kind ON messages (session_id, kind, seq)",),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -88,6 +93,11 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
             )
             """,
         ),
+    ),
+    Migration(
+        2,
+        "compaction summaries found without a scan of the session",
+        ("CREATE INDEX messages_session_kind ON messages (session_id, kind, seq)",),
     ),
 )
 

@@ -122,14 +122,25 @@ class PostgresStore:
         with self._pool.connection() as conn:
             return _select_one(conn, message_id)
 
-    def list_session(self, session_id: str, *, upto_seq: int | None = None) -> list[StoredMessage]:
-        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s"
-        params: list[Any] = [session_id]
+    def list_session(
+        self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
+    ) -> list[StoredMessage]:
+        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND seq > %s"
+        params: list[Any] = [session_id, after_seq]
         if upto_seq is not None:
             query += " AND seq <= %s"
             params.append(upto_seq)
         with self._pool.connection() as conn:
             rows = conn.execute(query + " ORDER BY seq", params).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND kind = %s"
+                " ORDER BY seq",
+                (session_id, kind),
+            ).fetchall()
         return [_to_message(row) for row in rows]
 
     def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:

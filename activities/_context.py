@@ -1,0 +1,250 @@
+"""Fitting a round's request into its model's window (SPEC §7), inside the activity that sends it.
+
+A round's view of the session starts at the latest compaction summary that precedes what the
+round may see: the summary, then the rows after the stretch it covers, read from there (so a
+round's cost follows the window, not the session's length). When the request would pass
+``COMPACT_AT`` of the input budget, the oldest part of the view is summarised by the same model,
+without tools, into a new summary row under a deterministic id (the session and the last
+position it covers), and the request is built again from it. A stretch too long for one summary
+call is folded in window-sized pieces, oldest first, each piece's summary stored as it is made,
+so a retried attempt picks up where the last one stopped and no summary is written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities._heartbeats import model_timeout
+from errands import context, ids, prompts
+from errands.contracts import (
+    Message,
+    ModelRequest,
+    ModelUsage,
+    NewMessage,
+    StoredMessage,
+)
+from errands.routing import ModelRouter
+from errands.store import SessionStore
+
+SUMMARY_KIND = "summary"
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What a round may see of a session: the summary it starts from and the rows after it."""
+
+    session_id: str
+    summary: StoredMessage | None
+    rows: list[StoredMessage]
+
+
+def covered_upto(summary: StoredMessage) -> int:
+    """The last seq a summary folds in."""
+    return int(summary.meta["covers"][1])
+
+
+def session_view(store: SessionStore, session_id: str, upto_seq: int | None) -> SessionView:
+    """The latest summary covering no more than ``upto_seq``, and the rows after it. Blocking."""
+    summaries = [
+        s
+        for s in store.list_kind(session_id, SUMMARY_KIND)
+        if upto_seq is None or covered_upto(s) <= upto_seq
+    ]
+    summary = max(summaries, key=covered_upto, default=None)
+    after = covered_upto(summary) if summary else 0
+    rows = store.list_session(session_id, upto_seq=upto_seq, after_seq=after)
+    return SessionView(session_id, summary, rows)
+
+
+Build = Callable[[], tuple[ModelRequest, int, SessionView]]
+"""Builds the request from the store as it is now (blocking): request, catalog size, view."""
+
+
+class ContextFitter:
+    """Builds requests that fit, compacting the session they render when they would not. One
+    per worker; each activity attempt gets its own ``Fitting``."""
+
+    def __init__(self, store: SessionStore, router: ModelRouter) -> None:
+        self._store = store
+        self._router = router
+
+    def fitting(self, model: str, build: Build) -> Fitting:
+        return Fitting(self, model, build)
+
+    def overflow(self, model: str, request: ModelRequest) -> int | None:
+        """The input budget ``request`` passes the compaction trigger of, or None if it fits."""
+        budget = context.input_budget(self._router.model_info(model), request.max_output_tokens)
+        estimate = self._router.estimator.tokens(model, context.request_bytes(request))
+        return budget if estimate > context.COMPACT_AT * budget else None
+
+    def refused(self, model: str, request: ModelRequest, refusal: str) -> None:
+        """The provider refused ``request`` as too long: estimate its kind higher from now on."""
+        info = self._router.model_info(model)
+        limit = context.input_budget(info, request.max_output_tokens)
+        size = context.request_bytes(request)
+        self._router.estimator.shrink(model, size, limit, context.counted_tokens(refusal))
+
+    async def compact(
+        self, model: str, request: ModelRequest, view: SessionView, budget: int, spent: ModelUsage
+    ) -> str | None:
+        """Fold the oldest part of ``view`` (what ``request`` rendered) into a new summary:
+        None once it is stored, else why no summary could be made (worth another try);
+        ``context`` when nothing can be."""
+        estimator = self._router.estimator
+        # What stays whatever is folded: the request less its rows and its old summary.
+        fixed = context.request_bytes(request) - sum(context.row_bytes(r) for r in view.rows)
+        fixed -= len(view.summary.text.encode()) if view.summary else 0
+        keep = context.kept_tokens(budget, estimator.tokens(model, max(0, fixed)))
+        cut = context.compaction_cut(view.rows, int(keep * estimator.ratio(model)))
+        if cut == 0:
+            raise self.context_failure(model, "there is nothing older left to summarise")
+        info = self._router.model_info(model)
+        output = min(context.SUMMARY_OUTPUT, info.max_output)
+        # Each call holds the instructions, the running summary (at most `output` tokens) and
+        # one piece of the stretch being folded in.
+        overhead = estimator.tokens(model, len(prompts.SUMMARY_INSTRUCTIONS) + 512)
+        piece_tokens = context.input_budget(info, output) - overhead - output
+        if piece_tokens <= 0:
+            raise self.context_failure(model, "its window cannot hold a summary call")
+        piece_bytes = int(piece_tokens * estimator.ratio(model))
+        previous = view.summary
+        for piece in context.pieces(view.rows[:cut], piece_bytes):
+            folded = await self._fold(model, view.session_id, previous, piece, output, spent)
+            if isinstance(folded, str):
+                return folded
+            previous = folded
+            activity.heartbeat()
+        return None
+
+    async def _fold(
+        self,
+        model: str,
+        session_id: str,
+        previous: StoredMessage | None,
+        piece: list[StoredMessage],
+        output: int,
+        spent: ModelUsage,
+    ) -> StoredMessage | str:
+        """``previous`` with ``piece`` folded in, stored; or why the summary call failed."""
+        row_id = ids.summary_id(session_id, piece[-1].seq)
+        stored = await asyncio.to_thread(self._store.get, row_id)
+        if stored is not None:  # made by an attempt that died after writing it
+            return stored
+        # A single row bigger than a piece is cut down to fit its call.
+        row_limit = max(1_000, int(output * self._router.estimator.ratio(model)))
+        text = prompts.summary_request_text(
+            previous.text if previous else None, transcript(piece, row_limit * 2)
+        )
+        request = ModelRequest(
+            system=prompts.SUMMARY_INSTRUCTIONS,
+            messages=[Message(role="user", text=text)],
+            tools=[],
+            tool_choice="none",
+            max_output_tokens=output,
+        )
+        try:
+            response = await self._router.complete(model, request, timeout=model_timeout())
+        except ApplicationError as error:
+            if error.type != "context":
+                raise
+            self.refused(model, request, error.message)
+            return f"the summary call itself was refused as too long ({error.message})"
+        spent.add(ModelUsage.of(response.usage))
+        summary = response.text.strip()
+        if not summary:
+            return "the summary call returned no text"
+        if response.finish_reason in ("length", "max_tokens"):
+            return f"the summary did not fit its {output} output tokens"
+        first = int(previous.meta["covers"][0]) if previous else piece[0].seq
+        return await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=row_id,
+                session_id=session_id,
+                role="system",  # errands' own words, not the user's
+                kind="summary",
+                text=summary,
+                meta={
+                    "covers": [first, piece[-1].seq],
+                    "model": model,
+                    "usage": response.usage.model_dump(),
+                },
+            ),
+        )
+
+    def context_failure(self, model: str, what: str) -> ApplicationError:
+        window = self._router.model_info(model).context_window
+        return ApplicationError(
+            f"the conversation does not fit {model}'s context window of {window:,} tokens: "
+            f"{what}; if the model takes more, set its context_window in ERRANDS_MODELS, or "
+            "use a model with a larger window, or start a new session",
+            {"model": model, "context_window": window},
+            type="context",
+            non_retryable=True,
+        )
+
+
+def transcript(rows: list[StoredMessage], row_limit: int) -> str:
+    """Rows as plain text for a summary call, each cut to ``row_limit`` characters."""
+    lines = []
+    for row in rows:
+        text = (
+            row.text
+            if len(row.text) <= row_limit
+            else (f"{row.text[:row_limit]}\n… ({len(row.text) - row_limit:,} more characters)")
+        )
+        if row.kind == "summary" or not text.strip():
+            continue
+        who = {"user": "User", "assistant": "Assistant", "tool": "Result"}.get(row.role, row.role)
+        what = f" [{row.kind}, task {row.task_id}]" if row.kind in ("branch", "ack") else ""
+        lines.append(f"{who}{what}: {text}")
+    return "\n\n".join(lines)
+
+
+@dataclass
+class Fitting:
+    """One activity attempt's way to a request that fits: it compacts while the request is
+    over the trigger, and once more each time the provider refuses it as too long; after
+    ``MAX_COMPACTIONS`` compactions that did not help, it fails the call as ``context``."""
+
+    fitter: ContextFitter
+    model: str
+    build: Build
+    spent: ModelUsage = field(default_factory=ModelUsage)
+    """The summary calls made (the ledger's ``compaction``)."""
+    compactions: int = 0
+    problem: str = ""
+    """Why the last compaction did not help."""
+    request: ModelRequest | None = None
+
+    async def fit(self) -> tuple[ModelRequest, int]:
+        """The request, and its catalog's size, once it fits."""
+        while True:
+            request, catalog_size, view = await asyncio.to_thread(self.build)
+            self.request = request
+            budget = self.fitter.overflow(self.model, request)
+            if budget is None:
+                return request, catalog_size
+            if self.compactions >= context.MAX_COMPACTIONS:
+                raise self.fitter.context_failure(
+                    self.model,
+                    f"{self.compactions} compactions in a row did not make it fit"
+                    + (f" (the last: {self.problem})" if self.problem else ""),
+                )
+            self.compactions += 1
+            self.problem = (
+                await self.fitter.compact(self.model, request, view, budget, self.spent)
+                or "the request was still too long after it"
+            )
+
+    def refused(self, error: ApplicationError) -> None:
+        """The provider refused the last request as too long: estimate such requests higher,
+        so the next ``fit`` compacts."""
+        assert self.request is not None
+        self.problem = error.message
+        self.fitter.refused(self.model, self.request, error.message)

@@ -1,0 +1,384 @@
+"""Context that fits (issue 15, SPEC §7): budgets, offline estimates, compaction summaries with
+deterministic ids, and a provider's context-length refusal, on the real dev server with the
+real OpenAI client and a scripted server that refuses, as providers do, any request longer
+than its model's window."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+import errands
+from errands import context, ids
+from errands.contracts import NewMessage, StoredMessage
+from errands.models import ModelInfo
+from errands.providers._errors import classify_provider_error
+from errands.routing import ModelRouter
+from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from tests.helpers import is_branch_request, is_summary_call, start_task
+from worker import build_worker
+
+MODEL = "openai:ctx-16k"
+WINDOW = 16_000
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+
+
+def test_the_input_budget_is_the_window_less_the_reserved_output_and_the_margin() -> None:
+    info = ModelInfo(context_window=16_000, max_output=2_048)
+    assert context.input_budget(info, 4_096) == 15_200 - 2_048  # output capped by the model
+    assert context.input_budget(info, 1_000) == 15_200 - 1_000
+    assert context.input_budget(ModelInfo(), 4_096) == 30_400 - 4_096  # unknown: 32,000
+
+
+def test_the_estimator_starts_conservative_and_calibrates_from_reported_tokens() -> None:
+    estimator = context.TokenEstimator()
+    assert estimator.tokens("m", 3_000) == 1_000  # 3 bytes a token before any report
+    estimator.observe("m", 40_000, 10_000)  # the provider saw 4 bytes a token
+    assert 3.5 <= estimator.ratio("m") <= 3.7  # 0.9 x 4: still on the high side
+    assert estimator.ratio("other") == 3.0  # per model
+    estimator.observe("m", 100, 90)  # too small to say anything
+    assert 3.5 <= estimator.ratio("m") <= 3.7
+    estimator.shrink("m", 40_000, 8_000)  # refused as longer than 8,000 tokens
+    assert estimator.tokens("m", 40_000) >= 8_800
+    estimator.shrink("m", 40_000, 8_000, counted=20_000)  # the provider counted 20,000
+    assert estimator.tokens("m", 40_000) >= 20_000
+
+
+def test_the_tokens_a_refusal_counted_are_read_from_its_words() -> None:
+    assert (
+        context.counted_tokens(
+            "This model's maximum context length is 16000 tokens. However, your messages resulted "
+            "in 17,020 tokens. Please reduce the length of the messages."
+        )
+        == 17_020
+    )
+    assert context.counted_tokens("prompt is too long: 210000 tokens > 200000 maximum") == 210_000
+    assert context.counted_tokens("the request exceeds the available context size") is None
+
+
+def rows(*kinds: str, size: int = 100) -> list[StoredMessage]:
+    return [
+        StoredMessage(
+            id=f"r{seq}",
+            session_id="s",
+            role="user" if kind == "user" else "assistant",
+            kind=kind,  # type: ignore[arg-type]
+            text="x" * size,
+            seq=seq,
+            created_at="",
+        )
+        for seq, kind in enumerate(kinds, start=1)
+    ]
+
+
+def test_a_compaction_cuts_only_before_a_task_or_a_rounds_exchange() -> None:
+    session = rows("user", "reply", "user", "ack", "branch", "branch", "reply", "user", "reply")
+    weight = context.row_bytes(session[0])
+    # Room for the last two rows: fold up to the last user message.
+    assert context.compaction_cut(session, 2 * weight) == 7
+    # Room for six: the acknowledgement and its branches stay together, whole; for five, the
+    # exchange does not fit, and is folded with what came before it.
+    assert context.compaction_cut(session, 6 * weight) == 3
+    assert context.compaction_cut(session, 5 * weight) == 7
+    # Room for less than the newest task: fold up to it anyway.
+    assert context.compaction_cut(session, weight // 2) == 7
+    assert context.compaction_cut(rows("user", "reply", "reply"), 10) == 0  # nowhere to cut
+
+
+def test_pieces_keep_the_order_and_stay_under_their_size() -> None:
+    session = rows(*["user", "reply"] * 10)
+    weight = context.row_bytes(session[0])
+    parts = context.pieces(session, 3 * weight)
+    assert [r for part in parts for r in part] == session
+    assert all(sum(context.row_bytes(r) for r in part) <= 3 * weight for part in parts)
+    assert len(parts) == 7
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (
+            400,
+            {
+                "error": {
+                    "message": "too long",
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        ),
+        (
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                },
+            },
+        ),
+        (
+            400,
+            {
+                "error": {
+                    "message": "This model's maximum context length is 8192 tokens. However,"
+                    " you requested 9000 tokens",
+                    "type": "BadRequestError",
+                }
+            },
+        ),
+        (
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size, try increasing it",
+                    "type": "exceed_context_size_error",
+                }
+            },
+        ),
+    ],
+    ids=["openai", "anthropic", "vllm", "llama.cpp"],
+)
+def test_every_common_context_length_refusal_is_classified_as_context(
+    status: int, body: dict[str, Any]
+) -> None:
+    import httpx
+    import openai
+
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    response = httpx.Response(status, json=body, request=request)
+    error = openai.BadRequestError("refused", response=response, body=body.get("error", body))
+    classified = classify_provider_error(error, "openai")
+    assert (classified.type, classified.non_retryable) == ("context", True)
+    assert "compacted" in classified.message
+
+
+# -- against the dev server -------------------------------------------------------------------
+
+
+class Responder:
+    """The scripted model for these tests: summary calls (no tools) get a short summary naming
+    what they were shown; rounds and branches play what the test gives them."""
+
+    def __init__(self, main: list[Any], branch: str = "branch done") -> None:
+        self.main = list(main)
+        self.branch = branch
+        self.summaries: list[RecordedRequest] = []
+        self.rounds: list[RecordedRequest] = []
+        self.summary_steps: list[Any] = []
+        """Scripted answers to summary calls, in order; a plain summary once they run out."""
+
+    def __call__(self, request: RecordedRequest) -> Any:
+        if is_summary_call(request):
+            self.summaries.append(request)
+            if self.summary_steps:
+                return self.summary_steps.pop(0)
+            shown = request.body["messages"][-1]["content"]
+            return Reply(
+                text=f"Summary {len(self.summaries)}: the user seeded {shown.count('seed')} "
+                "messages; decision d-1 stands."
+            )
+        if is_branch_request(request):
+            return Reply(text=self.branch)
+        self.rounds.append(request)
+        return self.main.pop(0)
+
+
+@pytest.fixture
+def windowed() -> Iterator[ScriptedModelServer]:
+    """A scripted server of its own, whose `ctx-16k` refuses what passes 16,000 tokens."""
+    server = ScriptedModelServer().start()
+    server.limit_context("ctx-16k", WINDOW)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def context_worker(
+    client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
+) -> AsyncIterator[Settings]:
+    own = settings.model_copy(
+        update={
+            "task_queue": f"context-{uuid.uuid4().hex[:6]}",
+            "openai_base_url": windowed.openai_base_url,
+            "models": json.dumps({MODEL: {"context_window": WINDOW}}),
+        }
+    )
+    router = ModelRouter(own)
+    async with build_worker(client, own, store=store, router=router):
+        yield own
+    await router.aclose()
+
+
+def seed(store: SessionStore, session: str, count: int, size: int = 2_000) -> None:
+    """``count`` earlier messages of ``size`` bytes, as earlier tasks of the session left them."""
+    for n in range(count):
+        task = f"seeded-{session}-{n // 2}"
+        text = f"seed {n}: " + ("lorem ipsum dolor sit amet " * (size // 27 + 1))[: size - 12]
+        store.append_once(
+            NewMessage(
+                id=ids.user_message_id(task) if n % 2 == 0 else ids.reply_message_id(task),
+                session_id=session,
+                role="user" if n % 2 == 0 else "assistant",
+                kind="user" if n % 2 == 0 else "reply",
+                text=text,
+                task_id=task,
+            )
+        )
+
+
+def delegate(count: int) -> Reply:
+    subtasks = [{"type": "general", "prompt": f"part {k}", "references": []} for k in range(count)]
+    return Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})])
+
+
+def final(text: str) -> Reply:
+    return Reply(calls=[Call("final_reply", {"text": text})])
+
+
+def summaries(store: SessionStore, session: str) -> list[StoredMessage]:
+    return store.list_kind(session, "summary")
+
+
+async def test_a_session_far_beyond_the_window_is_compacted_and_its_summary_reused(
+    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"big-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 10_000)  # 20 MB: about 5 M tokens
+    first = Responder([delegate(3), final("all three done")])
+    windowed.responder = first
+    handle = await start_task(
+        client, context_worker.task_queue, "Do three things.", model=MODEL, session=session
+    )
+    result = await handle.result()
+    assert result.status == "replied", result.error
+    assert result.reply == "all three done"
+    assert windowed.too_long == []  # no request passed the window
+    assert windowed.unexpected == []
+    made = summaries(store, session)
+    # Folded oldest first, in window-sized pieces, each stored under its position.
+    assert len(made) == len(first.summaries) > 100
+    assert [s.id for s in made] == [ids.summary_id(session, s.meta["covers"][1]) for s in made]
+    assert all(s.meta["covers"][0] == 1 for s in made)
+    covers = [s.meta["covers"][1] for s in made]
+    assert covers == sorted(covers) and covers[-1] >= 9_000
+    # No summary call passed the window either, and the biggest was near it: pieces, not rows.
+    largest = max(len(r.raw) // 4 + r.body["max_completion_tokens"] for r in first.summaries)
+    assert WINDOW * 0.5 < largest <= WINDOW
+    # Every round started from the latest summary.
+    for request in first.rounds:
+        opening = request.body["messages"][1]["content"]
+        assert opening.startswith("(Summary of the earlier conversation")
+        assert f"Summary {len(first.summaries)}:" in opening
+    compaction = result.usage.parts["compaction"][MODEL]
+    assert compaction.calls == len(first.summaries)
+
+    second = Responder([final("again")])
+    windowed.responder = second
+    again = await start_task(
+        client, context_worker.task_queue, "Once more.", model=MODEL, session=session
+    )
+    result = await again.result()
+    assert result.status == "replied", result.error
+    assert second.summaries == []  # the summary is reused, not made again
+    assert "compaction" not in result.usage.parts
+    assert f"Summary {len(first.summaries)}:" in second.rounds[0].body["messages"][1]["content"]
+
+
+async def test_a_context_length_refusal_compacts_once_and_the_task_replies(
+    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"refused-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 6)  # well under the window: no compaction before the refusal
+    refusal = Fail(
+        400,
+        "This model's maximum context length is 16000 tokens. However, your "
+        "messages resulted in 17020 tokens.",
+    )
+    responder = Responder([refusal, final("fits now")])
+    windowed.responder = responder
+    handle = await start_task(
+        client, context_worker.task_queue, "Go on.", model=MODEL, session=session
+    )
+    result = await handle.result()
+    assert result.status == "replied", result.error
+    assert result.reply == "fits now"
+    # One compaction (its stretch folded in as many calls as it took), then the round again.
+    assert len(responder.rounds) == 2  # the refused request and the compacted one
+    made = summaries(store, session)
+    assert len(made) == len(responder.summaries) >= 1
+    assert made[-1].meta["covers"] == [1, 6]  # every earlier task, and not the current one
+    assert result.usage.parts["compaction"][MODEL].calls == len(responder.summaries)
+    opening = responder.rounds[1].body["messages"][1]["content"]
+    assert opening.startswith("(Summary of the earlier conversation") and made[-1].text in opening
+    assert responder.rounds[1].body["messages"][2]["content"].endswith("Go on.")
+
+
+async def test_a_summarizer_that_keeps_failing_fails_the_task_as_context(
+    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"stuck-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 6)
+    too_long = Fail(400, "prompt is too long: 17000 tokens > 16000 maximum")
+    responder = Responder([too_long])
+    responder.summary_steps = [too_long] * 3
+    windowed.responder = responder
+    handle = await start_task(
+        client, context_worker.task_queue, "Go on.", model=MODEL, session=session
+    )
+    result = await handle.result()
+    assert result.status == "failed"
+    assert result.error is not None and result.error.kind == "context"
+    assert "3 compactions in a row did not make it fit" in result.error.message
+    assert "ERRANDS_MODELS" in result.error.message  # what to do about it
+    assert len(responder.summaries) == 3
+    assert summaries(store, session) == []
+
+
+SIDE_QUESTION = "btw, how far along are you?"
+
+
+async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_prefix(
+    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"side-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 40)  # 80 KB: past the trigger, so round 0 compacts first
+    responder = Responder([Reply(calls=final("done").calls, delay=8)])
+    side_requests: list[RecordedRequest] = []
+
+    def route(request: RecordedRequest) -> Any:
+        if any(SIDE_QUESTION in (m.get("content") or "") for m in request.body["messages"]):
+            side_requests.append(request)
+            return Reply(text="Halfway.")
+        return responder(request)
+
+    windowed.responder = route
+    handle = await start_task(
+        client, context_worker.task_queue, "Take your time.", model=MODEL, session=session
+    )
+    for _ in range(300):  # the round's request is at the server (held there 8 s)
+        if responder.rounds:
+            break
+        await asyncio.sleep(0.1)
+    tasks = errands.Client(client, context_worker, store=store)
+    answer = await tasks.task(handle.id).btw(SIDE_QUESTION)
+    assert answer.answer == "Halfway." and answer.path == "preferred"
+    assert (await handle.result()).reply == "done"
+
+    round_body, side = responder.rounds[0].body, side_requests[0].body
+    assert side["tools"] == round_body["tools"]
+    shared = side["messages"][:-1]  # all but the side question's own message
+    assert shared == round_body["messages"][: len(shared)]
+    assert shared[1]["content"].startswith("(Summary of the earlier conversation")
+    assert len(responder.summaries) >= 1  # made once, by the round; the side question reused it
