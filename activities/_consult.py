@@ -6,15 +6,20 @@ and a side question's answer goes back to whoever asked it, never into the sessi
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities._context import ContextFitter
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from errands import side_questions
-from errands.activity_io import AdvisorInput, AdvisorOutput, SideAnswer, SideQuestionInput
+from errands.activity_io import (
+    AdvisorInput,
+    AdvisorOutput,
+    RoundStepInput,
+    SideAnswer,
+    SideQuestionInput,
+)
 from errands.advisor import advice_result, advisor_request
 from errands.contracts import Message, ModelRequest, ModelUsage, Usage
 from errands.routing import ModelRouter
@@ -29,6 +34,18 @@ class ConsultActivities:
         self._store = store
         self._router = router
         self._types = types
+        self._fitter = ContextFitter(store, router)
+
+    async def _round_request(self, step: RoundStepInput) -> ModelRequest:
+        """The round's request as the round rendered it: from the same summary, with the same
+        previews (decided on the round's model), compacting nothing."""
+        fitting = self._fitter.fitting(
+            step.model,
+            lambda previews: round_request(self._store, self._types, step, previews),
+            compact=False,
+        )
+        request, _ = await fitting.fit()
+        return request
 
     @activity.defn(name="consult_advisor")
     async def consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
@@ -36,9 +53,7 @@ class ConsultActivities:
         return await heartbeating(self._consult_advisor(data))
 
     async def _consult_advisor(self, data: AdvisorInput) -> AdvisorOutput:
-        request, _, _ = await asyncio.to_thread(
-            round_request, self._store, self._types, data.round
-        )
+        request = await self._round_request(data.round)
         nested = advisor_request([request.system], request.messages, data.question)
         response = await self._router.complete(data.model, nested, timeout=model_timeout())
         return AdvisorOutput(
@@ -61,9 +76,7 @@ class ConsultActivities:
         usage: dict[str, ModelUsage] = {}
         messages: list[Message] = []
         if data.round is not None:
-            request, _, _ = await asyncio.to_thread(
-                round_request, self._store, self._types, data.round
-            )
+            request = await self._round_request(data.round)
             messages = request.messages
             if data.path != "fallback" and data.model == data.round.model:
                 answer = await self._preferred(data.model, request, question, usage)

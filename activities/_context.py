@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._heartbeats import model_timeout
-from errands import context, ids, prompts
+from errands import context, ids, prompts, reading
 from errands.contracts import (
     Message,
     ModelRequest,
@@ -61,8 +61,10 @@ def session_view(store: SessionStore, session_id: str, upto_seq: int | None) -> 
     return SessionView(session_id, summary, rows)
 
 
-Build = Callable[[], tuple[ModelRequest, int, SessionView]]
-"""Builds the request from the store as it is now (blocking): request, catalog size, view."""
+Build = Callable[[int], tuple[ModelRequest, int, SessionView]]
+"""Builds the request from the store as it is now, bulky outputs as previews to the level
+asked (``errands.reading``; blocking): the request, its catalog's size, and the view of the
+session it rendered."""
 
 
 class ContextFitter:
@@ -73,8 +75,10 @@ class ContextFitter:
         self._store = store
         self._router = router
 
-    def fitting(self, model: str, build: Build) -> Fitting:
-        return Fitting(self, model, build)
+    def fitting(self, model: str, build: Build, *, compact: bool = True) -> Fitting:
+        """``compact`` False: previews only, for requests that share a round's prefix (side
+        questions, the advisor), so they render what the round rendered and write nothing."""
+        return Fitting(self, model, build, compact)
 
     def overflow(self, model: str, request: ModelRequest) -> int | None:
         """The input budget ``request`` passes the compaction trigger of, or None if it fits."""
@@ -215,6 +219,9 @@ class Fitting:
     fitter: ContextFitter
     model: str
     build: Build
+    may_compact: bool = True
+    previews: int = reading.NONE
+    """Which bulky outputs render as previews: the first, cheapest way to fit."""
     spent: ModelUsage = field(default_factory=ModelUsage)
     """The summary calls made (the ledger's ``compaction``)."""
     compactions: int = 0
@@ -225,11 +232,16 @@ class Fitting:
     async def fit(self) -> tuple[ModelRequest, int]:
         """The request, and its catalog's size, once it fits."""
         while True:
-            request, catalog_size, view = await asyncio.to_thread(self.build)
+            request, catalog_size, view = await asyncio.to_thread(self.build, self.previews)
             self.request = request
             budget = self.fitter.overflow(self.model, request)
             if budget is None:
                 return request, catalog_size
+            if self.previews < reading.ALL:
+                self.previews += 1
+                continue
+            if not self.may_compact:
+                return request, catalog_size  # as the round sent it
             if self.compactions >= context.MAX_COMPACTIONS:
                 raise self.fitter.context_failure(
                     self.model,

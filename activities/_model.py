@@ -12,8 +12,8 @@ from temporalio.exceptions import ApplicationError
 from activities._context import ContextFitter, SessionView, session_view
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
-from activities._threads import open_threads, thread_messages, write_branch_row
-from errands import ids, prompts
+from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
+from errands import ids, prompts, reading
 from errands.activity_io import (
     BranchStepInput,
     BranchStepOutput,
@@ -45,7 +45,7 @@ class ModelActivities:
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
         fitting = self._fitter.fitting(
-            data.model, lambda: round_request(self._store, self._types, data)
+            data.model, lambda previews: round_request(self._store, self._types, data, previews)
         )
         while True:
             request, catalog_size = await fitting.fit()
@@ -91,7 +91,9 @@ class ModelActivities:
                 model=stored.meta.get("model", data.model),
                 replayed=True,
             )
-        fitting = self._fitter.fitting(data.model, lambda: self._branch_request(data))
+        fitting = self._fitter.fitting(
+            data.model, lambda previews: self._branch_request(data, previews)
+        )
         while True:
             request, _ = await fitting.fit()
             try:
@@ -133,23 +135,43 @@ class ModelActivities:
             open_threads(self._store, [data.open])
         return self._store.get(ids.thread_step_id(data.thread_id, data.step))
 
-    def _branch_request(self, data: BranchStepInput) -> tuple[ModelRequest, int, SessionView]:
+    def _branch_request(
+        self, data: BranchStepInput, previews: int
+    ) -> tuple[ModelRequest, int, SessionView]:
         """The step's request from the thread as stored: its opening (always word for word),
-        the latest compaction summary of the thread, and the steps after it. Blocking."""
+        the latest compaction summary of the thread, and the steps after it, with bulky tool
+        results as previews to the level asked (``errands.reading``). Blocking."""
         opening = self._store.get(ids.thread_instructions_id(data.thread_id))
         view = session_view(self._store, data.thread_id, None)
         rows = [r for r in view.rows if opening is None or r.id != opening.id]
+        latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
+        shortened = 0
+        shown: list[StoredMessage] = []
+        for row in rows:
+            older = row.seq < latest_step
+            if (
+                (previews == reading.ALL or (previews == reading.OLDER and older))
+                and row.kind == "tool_result"
+                and row.meta.get("tool_name") != reading.READ_MESSAGE  # what was asked for
+                and len(row.text) > reading.PREVIEW_OVER
+            ):
+                row = row.model_copy(update={"text": reading.preview(row.text, row.seq)})
+                shortened += 1
+            shown.append(row)
         messages = thread_messages([opening] if opening else [])
         if view.summary is not None:
             messages.append(Message(role="user", text=prompts.summary_message(view.summary.text)))
-        messages += thread_messages(rows)
+        messages += thread_messages(shown)
         subtask_type = self._types[data.subtask_type]
         if data.last_step:
             messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
+        tools = [t.spec for t in subtask_type.tools]
+        if shortened or any(r.meta.get("tool_name") == reading.READ_MESSAGE for r in rows):
+            tools.append(reading.read_message_spec())
         request = ModelRequest(
             system=subtask_type.instructions,
             messages=messages,
-            tools=[] if data.last_step else [t.spec for t in subtask_type.tools],
+            tools=[] if data.last_step else tools,
             tool_choice="auto",
             max_output_tokens=data.max_output_tokens,
         )
@@ -179,7 +201,7 @@ class ModelActivities:
                 non_retryable=True,
             )
         call = ToolCall(**step.meta["tool_calls"][data.call_index])
-        text, is_error = await self._run_tool(data.subtask_type, call)
+        text, is_error = await self._run_tool(data.subtask_type, call, data.thread_id)
         await asyncio.to_thread(
             self._store.append_once,
             NewMessage(
@@ -193,8 +215,12 @@ class ModelActivities:
         )
         return RunToolOutput(ok=not is_error, chars=len(text))
 
-    async def _run_tool(self, subtask_type: str, call: ToolCall) -> tuple[str, bool]:
+    async def _run_tool(
+        self, subtask_type: str, call: ToolCall, thread_id: str
+    ) -> tuple[str, bool]:
         tools = {t.spec.name: t for t in self._types[subtask_type].tools}
+        if call.name == reading.READ_MESSAGE and call.name not in tools:
+            return await asyncio.to_thread(read_stored, self._store, thread_id, call.arguments)
         tool = tools.get(call.name)
         if tool is None:
             return f"There is no tool named {call.name!r}; available: {sorted(tools)}.", True
@@ -208,3 +234,4 @@ class ModelActivities:
             return await tool(arguments), False
         except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
             return f"{call.name} failed: {type(error).__name__}: {error}", True
+

@@ -10,19 +10,24 @@ from errands.activity_io import RoundStepInput
 from errands.advisor import advisor_spec
 from errands.asking import ask_user_spec
 from errands.catalog import render_session
-from errands.contracts import ModelRequest
+from errands.contracts import Message, ModelRequest
 from errands.control import delegate_spec, final_reply_spec
+from errands.reading import NONE, READ_MESSAGE, read_message_spec
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
 
 
 def round_request(
-    store: SessionStore, types: dict[str, SubtaskType], data: RoundStepInput
+    store: SessionStore,
+    types: dict[str, SubtaskType],
+    data: RoundStepInput,
+    previews: int = NONE,
 ) -> tuple[ModelRequest, int, SessionView]:
     """The round's request, the size of its catalog, and the view of the session it renders
-    (from the latest compaction summary on). Blocking: call it from a thread."""
+    (from the latest compaction summary on; bulky outputs as ``previews`` says).
+    Blocking: call it from a thread."""
     view = session_view(store, data.session_id, data.upto_seq)
-    rendered = render_session(view.rows, data.task_id, view.summary)
+    rendered = render_session(view.rows, data.task_id, view.summary, previews=previews)
     installed = list(types.values())
     delegable = data.final_reason is None and bool(installed)
     # Control tools first (the order is part of the prompt), then work tools.
@@ -33,11 +38,13 @@ def round_request(
         tools.append(ask_user_spec())
         if data.advisor:
             tools.append(advisor_spec())
+        if rendered.previewed or any(m.tool_name == READ_MESSAGE for m in data.extra):
+            tools.append(read_message_spec())
     request = ModelRequest(
         system=prompts.round_instructions(
             installed, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
         ),
-        messages=rendered.messages + data.extra,
+        messages=rendered.messages + stored_texts(store, data.extra),
         tools=tools,
         tool_choice="required",
         max_output_tokens=data.max_output_tokens,
@@ -46,3 +53,15 @@ def round_request(
         cache_upto=len(rendered.messages),
     )
     return request, len(rendered.catalog), view
+
+
+def stored_texts(store: SessionStore, messages: list[Message]) -> list[Message]:
+    """``messages`` with the text of those held in the store read back. Blocking."""
+    out = []
+    for message in messages:
+        if message.stored is not None:
+            row = store.get(message.stored)
+            text = row.text if row is not None else "(this result is no longer in the store)"
+            message = message.model_copy(update={"text": text, "stored": None})
+        out.append(message)
+    return out

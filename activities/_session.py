@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities._threads import open_threads, write_branch_row
+from activities._threads import open_threads, read_stored, write_branch_row
 from errands import ids
 from errands.activity_io import (
     AppendAckInput,
@@ -19,6 +19,7 @@ from errands.activity_io import (
     OpenTaskInput,
     OpenTaskOutput,
     PrepareRoundInput,
+    ReadMessageInput,
     RecordBranchInput,
     RememberInput,
     RoundState,
@@ -26,6 +27,7 @@ from errands.activity_io import (
 )
 from errands.contracts import NewMessage
 from errands.control import SubtaskDraft
+from errands.reading import READ_MESSAGE
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
 
@@ -150,6 +152,29 @@ class SessionActivities:
     async def record_branch(self, data: RecordBranchInput) -> None:
         """Write a branch's row into the session; a completed branch's text is its last step."""
         await asyncio.to_thread(write_branch_row, self._store, data)
+
+    @activity.defn(name="read_message")
+    async def read_message(self, data: ReadMessageInput) -> bool:
+        """Store the page a round's ``read_message`` call asks for; True if it is an error."""
+        return await asyncio.to_thread(self._read_message, data)
+
+    def _read_message(self, data: ReadMessageInput) -> bool:
+        stored = self._store.get(data.result_id)
+        if stored is not None:
+            return bool(stored.meta.get("is_error"))
+        text, is_error = read_stored(self._store, data.session_id, data.arguments)
+        self._store.append_once(
+            NewMessage(
+                id=data.result_id,
+                session_id=ids.reads_session_id(data.task_id),
+                role="tool",
+                kind="tool_result",
+                text=text,
+                task_id=data.task_id,
+                meta={"tool_name": READ_MESSAGE, "is_error": is_error},
+            )
+        )
+        return is_error
 
     @activity.defn(name="recall_decisions")
     async def recall_decisions(self, data: SessionRef) -> dict[str, dict[str, Any]]:

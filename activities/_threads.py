@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from activities._context import session_view
-from errands import ids, prompts
+from errands import ids, prompts, reading
 from errands.activity_io import OpenBranchInput, RecordBranchInput
 from errands.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
 from errands.contracts import Message, NewMessage, StoredMessage, ToolCall
@@ -92,3 +92,14 @@ def write_branch_row(
             },
         )
     )
+
+
+def read_stored(store: SessionStore, session_id: str, arguments: str) -> tuple[str, bool]:
+    """A ``read_message`` call on ``session_id`` (a session or a branch's thread): the page it
+    asks for, or what is wrong with the call; and whether it is an error. Blocking."""
+    parsed = reading.parse_read(arguments)
+    if isinstance(parsed, str):
+        return parsed, True
+    ref, page = parsed
+    found = store.list_session(session_id, after_seq=ref - 1, upto_seq=ref)
+    return reading.read_page(found[0] if found else None, ref, page)

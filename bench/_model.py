@@ -5,7 +5,8 @@ task without per-task scripting: ``bench-d{D}-b{B}[-ask][-slow]`` delegates ``D`
 ``B`` branches each, then replies; with ``-ask`` it asks the user one question once its
 delegations are done (at once with ``d0``) and waits for the answer before replying;
 with ``-slow`` every round after the first delegation takes ``SLOW_SECONDS`` to answer (a window
-for a side question while a round is in flight). A side question gets a short plain answer.
+for a side question while a round is in flight). A side question gets a short plain answer, a
+compaction's summary call a short summary.
 The rules read only the request, so a retried or replayed call gets the same answer.
 
 Model names beginning with ``peer-`` answer the OpenAI Agents peer of B3 (see ``bench._peer``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from errands.prompts import SUMMARY_INSTRUCTIONS
 from errands.scripted import Call, RecordedRequest, Reply
 
 SIDE_MARKER = "Side question:"
@@ -55,6 +57,8 @@ def responder(request: RecordedRequest) -> Reply | None:
         return None  # unexpected: the server refuses it loudly
     if _is_side(messages):
         return Reply(text="So far: three findings, nothing blocking.")
+    if messages and messages[0].get("content") == SUMMARY_INSTRUCTIONS:
+        return Reply(text="Summary: the user planned a deployment; budget and timeline agreed.")
     tools = [t["function"]["name"] for t in body.get("tools", [])]
     if "final_reply" not in tools:
         return _branch(messages)

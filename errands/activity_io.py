@@ -109,6 +109,16 @@ class SessionRef(BaseModel):
     session_id: str
 
 
+class ReadMessageInput(BaseModel):
+    """A round's ``read_message`` call: the page it asks for is stored under ``result_id`` and
+    reaches the next step by reference (``Message.stored``), never through history."""
+
+    session_id: str
+    task_id: str
+    arguments: str
+    result_id: str
+
+
 class RememberInput(BaseModel):
     session_id: str
     decision_id: str

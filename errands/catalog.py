@@ -8,10 +8,11 @@ round's model call, its branches and a later side question all rebuild the same 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import groupby
 
-from errands import ids, prompts
+from errands import ids, prompts, reading
 from errands.contracts import Message, StoredMessage, ToolCall
 from errands.control import DELEGATE
 
@@ -28,6 +29,8 @@ class CatalogEntry:
 class RenderedSession:
     messages: list[Message]
     catalog: list[CatalogEntry]
+    previewed: int = 0
+    """Outputs rendered as previews (``errands.reading``): ``read_message`` shows them."""
 
 
 def subtask_id(round_: int, ordinal: int) -> str:
@@ -35,14 +38,27 @@ def subtask_id(round_: int, ordinal: int) -> str:
 
 
 def render_session(
-    rows: list[StoredMessage], task_id: str, summary: StoredMessage | None = None
+    rows: list[StoredMessage],
+    task_id: str,
+    summary: StoredMessage | None = None,
+    *,
+    previews: int = reading.NONE,
 ) -> RenderedSession:
     """Turn the session's rows (in seq order) into model messages and the round's catalog.
 
     With a compaction ``summary``, ``rows`` are those after the stretch it covers: the summary
     opens the conversation, and the catalog numbers only what follows it (what the model sees).
+    ``previews`` (``errands.reading``): which bulky branch outputs render as previews.
     """
     branches = _branches_by_round(rows, task_id)
+    latest = max(branches, default=None)
+    shortened = {
+        b.id
+        for round_, group in branches.items()
+        if previews == reading.ALL or (previews == reading.OLDER and round_ != latest)
+        for b in group
+        if len(b.text) > reading.PREVIEW_OVER
+    }
     acks = {r.round: r for r in rows if r.kind == "ack" and r.task_id == task_id}
     messages: list[Message] = []
     if summary is not None:
@@ -53,7 +69,9 @@ def render_session(
         if row.kind == "ack" and row.task_id == task_id:
             assert row.round is not None
             if row.round in branches:
-                messages += delegate_exchange(task_id, row.round, row, branches[row.round])
+                messages += delegate_exchange(
+                    task_id, row.round, row, branches[row.round], shortened
+                )
                 restored.add(row.round)
             # An acknowledgement with no branches behind it is a crash between the two writes:
             # dropped, so the retried round decides afresh.
@@ -72,14 +90,21 @@ def render_session(
         messages.append(Message(role=row.role, text=f"[ref {entry.index}] {row.text}"))
     # Rounds whose acknowledgement was compacted away still happened: their exchanges go last.
     for round_ in sorted(set(branches) - restored):
-        messages += delegate_exchange(task_id, round_, acks.get(round_), branches[round_])
-    return RenderedSession(messages=messages, catalog=catalog)
+        messages += delegate_exchange(
+            task_id, round_, acks.get(round_), branches[round_], shortened
+        )
+    return RenderedSession(messages=messages, catalog=catalog, previewed=len(shortened))
 
 
 def delegate_exchange(
-    task_id: str, round_: int, ack: StoredMessage | None, branches: list[StoredMessage]
+    task_id: str,
+    round_: int,
+    ack: StoredMessage | None,
+    branches: list[StoredMessage],
+    shortened: Collection[str] = (),
 ) -> list[Message]:
-    """An earlier round's ``delegate`` call, as the model made it, with its real results."""
+    """An earlier round's ``delegate`` call, as the model made it, with its real results (those
+    in ``shortened`` as previews)."""
     subtasks = [
         {
             key: b.meta[key]
@@ -95,7 +120,7 @@ def delegate_exchange(
             "subtask_id": subtask_id(round_, b.meta["ordinal"]),
             "type": b.meta.get("type"),
             "status": b.meta.get("status"),
-            "output": b.text,
+            "output": reading.preview(b.text, b.seq) if b.id in shortened else b.text,
         }
         for b in branches
     ]

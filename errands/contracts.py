@@ -32,6 +32,9 @@ class Message(BaseModel):
     """For ``role == "tool"``: the call this message answers."""
     tool_name: str | None = None
     is_error: bool = False
+    stored: str | None = None
+    """The id of a stored row holding this message's text, which the activity that builds the
+    request reads (a ``read_message`` result travels by reference, not through history)."""
 
 
 class ToolSpec(BaseModel):

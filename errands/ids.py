@@ -57,6 +57,16 @@ def summary_id(session_id: str, covers_upto: int) -> str:
     return f"{session_id}:summary:{covers_upto}"
 
 
+def reads_session_id(task_id: str) -> str:
+    """Where a task's ``read_message`` results are kept, apart from its session."""
+    return f"task:{task_id}:reads"
+
+
+def read_result_id(task_id: str, round_: int, slot: str, step: int) -> str:
+    """The page a round's ``read_message`` call at the task's ``step`` asked for."""
+    return f"task:{task_id}:round:{round_}:{slot}:read:{step}"
+
+
 def provider_safe(raw: str) -> str:
     """A tool-call id every provider accepts (Anthropic rejects anything outside [A-Za-z0-9_-])."""
     return _UNSAFE.sub("_", raw)

@@ -166,6 +166,7 @@ def build_activities(
         session.deterministic_join,
         session.recall_decisions,
         session.remember_decision,
+        session.read_message,
         models.round_step,
         models.open_branch,
         models.branch_step,

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,15 +18,19 @@ import pytest
 from temporalio.client import Client
 
 import errands
-from errands import context, ids
-from errands.contracts import NewMessage, StoredMessage
+from errands import context, ids, reading
+from errands.contracts import NewMessage, StoredMessage, ToolSpec
+from errands.devserver import DevServer
 from errands.models import ModelInfo
 from errands.providers._errors import classify_provider_error
 from errands.routing import ModelRouter
 from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
+from errands.subtask_types import SubtaskType, WorkTool
+from errands.workflow_io import RoundSettings
 from tests.helpers import is_branch_request, is_summary_call, start_task
+from tests.test_worker_crash import spawn_worker, worker_env
 from worker import build_worker
 
 MODEL = "openai:ctx-16k"
@@ -382,3 +389,239 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
     assert shared == round_body["messages"][: len(shared)]
     assert shared[1]["content"].startswith("(Summary of the earlier conversation")
     assert len(responder.summaries) >= 1  # made once, by the round; the side question reused it
+
+
+# -- previews and read_message ----------------------------------------------------------------
+
+
+def test_a_preview_keeps_the_start_and_names_the_tool_and_the_ref() -> None:
+    text = "a" * 50_000
+    shown = reading.preview(text, 12)
+    assert shown.startswith("a" * reading.PREVIEW_KEEP)
+    assert shown.endswith("… 48,800 characters omitted; read_message(ref 12) shows all")
+    assert reading.preview("short", 3) == "short"
+
+
+def test_read_message_pages_a_long_text_and_refuses_a_bad_call() -> None:
+    row = rows("branch", size=40_000)[0]
+    first, error = reading.read_page(row, 1, 1)
+    assert not error and first.startswith("(ref 1, page 1 of 3: characters 1-16,000 of 40,000")
+    last, _ = reading.read_page(row, 1, 3)
+    assert last.endswith("x" * 8_000) and "the last page" in last
+    assert reading.read_page(row, 1, 4) == (
+        "ref 1 has 3 page(s) of 16,000 characters: ask for 1-3.",
+        True,
+    )
+    assert reading.read_page(None, 9, 1)[1]
+    assert reading.parse_read('{"ref": 0}') == (
+        "`ref` must be the number a 'read_message(ref N)' marker names, such as 12."
+    )
+    assert reading.parse_read('{"ref": 4, "page": 2}') == (4, 2)
+
+
+WIDE = "openai:ctx-64k"
+
+
+@pytest.fixture
+async def wide_worker(
+    client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
+) -> AsyncIterator[Settings]:
+    own = settings.model_copy(
+        update={
+            "task_queue": f"context-{uuid.uuid4().hex[:6]}",
+            "openai_base_url": windowed.openai_base_url,
+            "models": json.dumps({WIDE: {"context_window": 64_000}}),
+        }
+    )
+    windowed.limit_context("ctx-64k", 64_000)
+    router = ModelRouter(own)
+    async with build_worker(client, own, store=store, router=router):
+        yield own
+    await router.aclose()
+
+
+MARKER = re.compile(r"read_message\(ref (\d+)\) shows all")
+
+
+async def test_a_bulky_branch_output_renders_as_a_preview_and_read_message_shows_it_all(
+    client: Client, wide_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    session = f"preview-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 60)  # 120 KB before the task: with the output below, past the trigger
+    output = "".join(f"finding {n:05d}; " for n in range(3_200))  # 51,200 characters
+    pages = -(-len(output) // reading.PAGE_CHARS)
+
+    def read(page: int) -> Any:
+        def step(request: RecordedRequest) -> Reply:
+            refs = MARKER.findall(json.dumps(responder.rounds[1].body["messages"]))
+            return Reply(calls=[Call("read_message", {"ref": int(refs[0]), "page": page})])
+
+        return step
+
+    responder = Responder(
+        [delegate(1)] + [read(page) for page in range(1, pages + 1)] + [final("surveyed")],
+        branch=output,
+    )
+    windowed.responder = responder
+    handle = await start_task(
+        client, wide_worker.task_queue, "Survey it all.", model=WIDE, session=session
+    )
+    result = await handle.result()
+    assert result.status == "replied", result.error
+    assert windowed.too_long == []
+    (branch,) = store.list_by_prefix(session, ids.branch_rows_prefix(handle.id, 0))
+    ref = branch.seq
+    # Round 1 shows the output as a preview naming the tool and its ref, and offers the tool.
+    round1 = responder.rounds[1].body
+    assert "read_message" in [t["function"]["name"] for t in round1["tools"]]
+    results = json.loads(round1["messages"][-1]["content"])
+    assert results[0]["output"].endswith(f"read_message(ref {ref}) shows all")
+    assert len(results[0]["output"]) < 2_000
+    # Each page reached the next step; together they are the output, character for character.
+    shown = [r.body["messages"][-1]["content"] for r in responder.rounds[2:]]
+    assert len(shown) == pages
+    assert "".join(page.split(")\n", 1)[1] for page in shown) == output
+
+
+def _fetch(arguments: dict[str, Any]) -> str:
+    return f"page {arguments.get('n')}: " + "lorem ipsum " * 340  # about 4 KB
+
+
+TYPES = [
+    SubtaskType(
+        key="fetch",
+        description="Fetch numbered pages with the `fetch` tool and report on them.",
+        guidance="`fetch` subtasks read pages one at a time.",
+        instructions="Fetch the pages you are asked for, one call at a time, then answer.",
+        tools=[
+            WorkTool(
+                spec=ToolSpec(
+                    name="fetch",
+                    description="Fetch page n.",
+                    parameters={
+                        "type": "object",
+                        "properties": {"n": {"type": "integer"}},
+                        "required": ["n"],
+                    },
+                ),
+                run=_fetch,
+            )
+        ],
+    )
+]
+
+
+@pytest.fixture
+async def fetch_worker(
+    client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
+) -> AsyncIterator[Settings]:
+    own = settings.model_copy(
+        update={
+            "task_queue": f"context-{uuid.uuid4().hex[:6]}",
+            "openai_base_url": windowed.openai_base_url,
+            "models": json.dumps({MODEL: {"context_window": WINDOW}}),
+            "subtask_types": "tests.test_context:TYPES",
+        }
+    )
+    router = ModelRouter(own)
+    async with build_worker(client, own, store=store, router=router):
+        yield own
+    await router.aclose()
+
+
+async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_completes(
+    client: Client, fetch_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    fetched: list[RecordedRequest] = []
+
+    def branch(request: RecordedRequest) -> Reply:
+        fetched.append(request)
+        if len(fetched) <= 40:
+            return Reply(calls=[Call("fetch", {"n": len(fetched)})])
+        return Reply(text="read all forty pages")
+
+    fetch = {"type": "fetch", "prompt": "read pages 1 to 40", "references": []}
+    responder = Responder(
+        [
+            Reply(calls=[Call("delegate", {"reply": "Reading.", "subtasks": [fetch]})]),
+            final("read"),
+        ],
+    )
+    windowed.responder = lambda r: (
+        responder(r) if is_summary_call(r) or not is_branch_request(r) else branch(r)
+    )
+    handle = await start_task(
+        client,
+        fetch_worker.task_queue,
+        "Read the forty pages.",
+        model=MODEL,
+        settings=RoundSettings(branch_step_limit=45),
+    )
+    result = await handle.result()
+    assert result.status == "replied", result.error
+    assert windowed.too_long == []  # no request of the branch passed the window
+    (row,) = store.list_by_prefix(result.session_id, ids.branch_rows_prefix(handle.id, 0))
+    assert row.meta["status"] == "completed" and row.text == "read all forty pages"
+    thread = row.meta["thread_id"]
+    assert summaries(store, thread)  # the thread was compacted, and kept its opening
+    assert all("read pages 1 to 40" in r.body["messages"][1]["content"] for r in fetched)
+    assert len(fetched) == 41
+    assert result.usage.parts["compaction"][MODEL].calls == len(responder.summaries) > 0
+
+
+async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_it_returned(
+    client: Client,
+    dev_server: DevServer,
+    database_url: str,
+    store: SessionStore,
+    model_server: ScriptedModelServer,
+) -> None:
+    queue = f"context-crash-{uuid.uuid4().hex[:6]}"
+    env = worker_env(dev_server, queue, database_url, model_server)
+    env["ERRANDS_MODELS"] = json.dumps({"openai:ctx-kill": {"context_window": WINDOW}})
+    model_server.limit_context("ctx-kill", WINDOW)
+    session = f"crash-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 28, size=1_000)  # 28 KB: past the trigger of a 16,000-token window
+    returned: list[str] = []
+    summary_calls: list[RecordedRequest] = []
+
+    def answer(request: RecordedRequest) -> Reply:
+        if not is_summary_call(request):
+            return final("survived")
+        summary_calls.append(request)
+        if len(summary_calls) == 1:
+            return Reply(text="the summary nobody received", delay=6)  # the worker dies first
+        returned.append(f"summary {len(summary_calls)}, made after the restart")
+        return Reply(text=returned[-1])
+
+    model_server.responder = answer
+    first = spawn_worker(env)
+    try:
+        handle = await start_task(
+            client,
+            queue,
+            "Go on.",
+            model="openai:ctx-kill",
+            session=session,
+            settings=RoundSettings(model_timeout_seconds=20, heartbeat_timeout_seconds=2),
+        )
+        for _ in range(300):
+            if summary_calls:
+                break
+            await asyncio.sleep(0.1)
+        assert summary_calls, "the round never asked for a summary"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        second = spawn_worker(env)
+        try:
+            result = await asyncio.wait_for(handle.result(), 120)
+        finally:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+    finally:
+        model_server.responder = None
+    assert result.reply == "survived"
+    made = summaries(store, session)
+    assert [s.text for s in made] == returned  # once each, exactly as the model wrote them
+    assert len({s.id for s in made}) == len(made) >= 1
+    assert model_server.too_long == []

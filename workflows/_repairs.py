@@ -30,12 +30,17 @@ class Narration:
         return prompts.no_decision(self.finish_reason, self.text)
 
 
-def append_exchange(slot: Slot, call: ToolCall, tool: str, result: str) -> None:
+def append_exchange(
+    slot: Slot, call: ToolCall, tool: str, result: str, *, stored: str | None = None
+) -> None:
+    """A work tool's call and its result (held in the store under ``stored``, when given)."""
     call_id = ids.provider_safe(call.id) or f"{tool}_{len(slot.extra)}"
     slot.extra.append(
         Message(role="assistant", tool_calls=[call.model_copy(update={"id": call_id})])
     )
-    slot.extra.append(Message(role="tool", tool_call_id=call_id, tool_name=tool, text=result))
+    slot.extra.append(
+        Message(role="tool", tool_call_id=call_id, tool_name=tool, text=result, stored=stored)
+    )
 
 
 REJECTED_ARGUMENTS_MAX = 16_000

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
     from errands import ids, prompts
-    from errands.activity_io import RememberInput, RoundStepInput, SessionRef
+    from errands.activity_io import ReadMessageInput, RememberInput, RoundStepInput, SessionRef
     from errands.advisor import ADVISOR_TOOL
     from errands.asking import (
         Answer,
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         pick_control_call,
     )
     from errands.errors import ModelMistake
+    from errands.reading import READ_MESSAGE
     from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe
@@ -63,6 +64,10 @@ with workflow.unsafe.imports_passed_through():
 NARRATION_REPAIRED = "narration-repaired-on-slot"
 """Patch: a step in prose (or empty) on the last slot that could take the round is repaired on
 that slot, like a rejected call, instead of ending the round. Runs from before fail the round."""
+
+READ_MESSAGE_TOOL = "read-message-work-tool"
+"""Patch: a round's ``read_message`` call shows the stored output it names. Runs from before
+refused it as an unknown tool."""
 
 OUTPUT_LIMIT_REPAIRED = "output-limit-is-its-own-repair"
 """Patch: a tool call the output-token limit cut off is rejected as such, whatever its tool,
@@ -260,8 +265,16 @@ class RoundDecider:
             )
             if out.compaction is not None:
                 state.ledger.merge("compaction", {model: out.compaction})
-            work = {ADVISOR_TOOL} if follow_up else set()
+            work = {ADVISOR_TOOL, READ_MESSAGE} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
+            if (
+                isinstance(decision, ToolCall)
+                and decision.name == READ_MESSAGE
+                and not workflow.patched(READ_MESSAGE_TOOL)
+            ):
+                # Runs from before knew no such tool: the call is refused, as it was then.
+                work.discard(READ_MESSAGE)
+                decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if (
                 response.tool_calls
                 and response.finish_reason in CUT_OFF
@@ -277,6 +290,21 @@ class RoundDecider:
             if isinstance(decision, ToolCall) and decision.name == ADVISOR_TOOL:
                 result = await consult_advisor(data, state, step, decision)
                 append_exchange(slot, decision, ADVISOR_TOOL, result)
+                continue
+            if isinstance(decision, ToolCall) and decision.name == READ_MESSAGE:
+                # The page is stored and read back by the next step: never through history.
+                result_id = ids.read_result_id(data.task_id, slot.round, slot.name, state.steps)
+                is_error = await store_call(
+                    SessionActivities.read_message,
+                    ReadMessageInput(
+                        session_id=data.session_id,
+                        task_id=data.task_id,
+                        arguments=decision.arguments,
+                        result_id=result_id,
+                    ),
+                )
+                append_exchange(slot, decision, READ_MESSAGE, "", stored=result_id)
+                slot.extra[-1].is_error = is_error
                 continue
             if isinstance(decision, ToolCall):
                 asked = await self._ask(slot, decision)
