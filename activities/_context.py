@@ -41,6 +41,9 @@ class SessionView:
     session_id: str
     summary: StoredMessage | None
     rows: list[StoredMessage]
+    shown_bytes: int = 0
+    """What the summary and the rows weigh in the request built from them (as rendered, with
+    any previews): the part a compaction replaces. Set by the request's builder."""
 
 
 def covered_upto(summary: StoredMessage) -> int:
@@ -100,9 +103,8 @@ class ContextFitter:
         None once it is stored, else why no summary could be made (worth another try);
         ``context`` when nothing can be."""
         estimator = self._router.estimator
-        # What stays whatever is folded: the request less its rows and its old summary.
-        fixed = context.request_bytes(request) - sum(context.row_bytes(r) for r in view.rows)
-        fixed -= len(view.summary.text.encode()) if view.summary else 0
+        # What stays whatever is folded: the request less its summary and rows as rendered.
+        fixed = context.request_bytes(request) - view.shown_bytes
         keep = context.kept_tokens(budget, estimator.tokens(model, max(0, fixed)))
         cut = context.compaction_cut(view.rows, int(keep * estimator.ratio(model)))
         if cut == 0:

@@ -13,7 +13,7 @@ from activities._context import ContextFitter, SessionView, session_view
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
-from errands import ids, prompts, reading
+from errands import context, ids, prompts, reading
 from errands.activity_io import (
     BranchStepInput,
     BranchStepOutput,
@@ -159,9 +159,11 @@ class ModelActivities:
                 shortened += 1
             shown.append(row)
         messages = thread_messages([opening] if opening else [])
+        compactable = thread_messages(shown)
         if view.summary is not None:
-            messages.append(Message(role="user", text=prompts.summary_message(view.summary.text)))
-        messages += thread_messages(shown)
+            summary = Message(role="user", text=prompts.summary_message(view.summary.text))
+            compactable.insert(0, summary)
+        messages += compactable
         subtask_type = self._types[data.subtask_type]
         if data.last_step:
             messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
@@ -175,7 +177,8 @@ class ModelActivities:
             tool_choice="auto",
             max_output_tokens=data.max_output_tokens,
         )
-        return request, 0, SessionView(data.thread_id, view.summary, rows)
+        shown_bytes = context.messages_bytes(compactable)
+        return request, 0, SessionView(data.thread_id, view.summary, rows, shown_bytes)
 
     def _write_step(self, step: NewMessage, record: RecordBranchInput | None) -> None:
         self._store.append_once(step)

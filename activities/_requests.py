@@ -4,12 +4,15 @@ messages (the side question's prompt-cache parity depends on it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from activities._context import SessionView, session_view
 from errands import prompts
 from errands.activity_io import RoundStepInput
 from errands.advisor import advisor_spec
 from errands.asking import ask_user_spec
 from errands.catalog import render_session
+from errands.context import messages_bytes
 from errands.contracts import Message, ModelRequest
 from errands.control import delegate_spec, final_reply_spec
 from errands.reading import NONE, READ_MESSAGE, read_message_spec
@@ -52,7 +55,8 @@ def round_request(
         # advisor share; the slot's own repair messages after it are not.
         cache_upto=len(rendered.messages),
     )
-    return request, len(rendered.catalog), view
+    shown = replace(view, shown_bytes=messages_bytes(rendered.messages))
+    return request, len(rendered.catalog), shown
 
 
 def stored_texts(store: SessionStore, messages: list[Message]) -> list[Message]:

@@ -30,7 +30,7 @@ from bench._model import model_name
 from errands.contracts import NewMessage
 
 TITLE = "B3 · history growth with the session's length"
-FULL = {"sizes": [10, 1000, 10000], "peer": True, "repeats": 3}
+FULL = {"sizes": [10, 1000, 10000], "peer": True, "repeats": 9}
 SMOKE = {"sizes": [3], "peer": True}
 TARGET = 0.10
 TIME_TARGET = 0.25

@@ -15,14 +15,14 @@ import re
 import threading
 from collections.abc import Sequence
 
-from errands.contracts import ModelRequest, StoredMessage
+from errands.contracts import Message, ModelRequest, StoredMessage
 from errands.models import ModelInfo
 
 MARGIN = 0.05
 """Share of the window left unused: estimates are estimates."""
 COMPACT_AT = 0.80
 """A request whose estimate passes this share of its input budget compacts the session first."""
-AFTER_COMPACTION = 0.60
+AFTER_COMPACTION = 0.35
 """A compaction aims the request at this share of its budget, leaving room to grow before the
 next one: the instructions and tools, the new summary, and the newest messages word for word."""
 SUMMARY_OUTPUT = 4_000
@@ -61,9 +61,11 @@ def request_bytes(request: ModelRequest) -> int:
     for tool in request.tools:
         size += len(tool.name) + len(tool.description.encode())
         size += len(json.dumps(tool.parameters, separators=(",", ":")).encode())
-    for message in request.messages:
-        size += message_bytes(message.text, [c.arguments for c in message.tool_calls])
-    return size
+    return size + messages_bytes(request.messages)
+
+
+def messages_bytes(messages: Sequence[Message]) -> int:
+    return sum(message_bytes(m.text, [c.arguments for c in m.tool_calls]) for m in messages)
 
 
 def message_bytes(text: str, arguments: Sequence[str] = ()) -> int:

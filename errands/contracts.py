@@ -193,3 +193,13 @@ class StoredMessage(NewMessage):
 
     seq: int
     created_at: str
+
+    @property
+    def shown_kind(self) -> str:
+        """The kind frontends show: a compaction summary is a ``compaction``."""
+        return "compaction" if self.kind == "summary" else self.kind
+
+    @property
+    def covers(self) -> list[int] | None:
+        """For a compaction summary: the first and last seq it folds in."""
+        return self.meta.get("covers") if self.kind == "summary" else None

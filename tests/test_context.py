@@ -29,6 +29,7 @@ from errands.settings import Settings
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType, WorkTool
 from errands.workflow_io import RoundSettings
+from tests.conftest import run_cli
 from tests.helpers import is_branch_request, is_summary_call, start_task
 from tests.test_worker_crash import spawn_worker, worker_env
 from worker import build_worker
@@ -304,7 +305,11 @@ async def test_a_session_far_beyond_the_window_is_compacted_and_its_summary_reus
 
 
 async def test_a_context_length_refusal_compacts_once_and_the_task_replies(
-    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+    client: Client,
+    context_worker: Settings,
+    windowed: ScriptedModelServer,
+    store: SessionStore,
+    cli_env: dict[str, str],
 ) -> None:
     session = f"refused-{uuid.uuid4().hex[:8]}"
     seed(store, session, 6)  # well under the window: no compaction before the refusal
@@ -330,6 +335,14 @@ async def test_a_context_length_refusal_compacts_once_and_the_task_replies(
     opening = responder.rounds[1].body["messages"][1]["content"]
     assert opening.startswith("(Summary of the earlier conversation") and made[-1].text in opening
     assert responder.rounds[1].body["messages"][2]["content"].endswith("Go on.")
+    # The history shows the summary for what it is, with the stretch it covers.
+    shown = await run_cli(cli_env, "history", session, "--json")
+    assert shown.code == 0, shown.stderr
+    compactions = [m for m in shown.json()["messages"] if m["kind"] == "compaction"]
+    assert [(m["text"], m["covers"]) for m in compactions] == [
+        (s.text, s.meta["covers"]) for s in made
+    ]
+    assert len(shown.json()["messages"]) == 6 + 2 + len(made)  # nothing rewritten or dropped
 
 
 async def test_a_summarizer_that_keeps_failing_fails_the_task_as_context(
@@ -361,7 +374,9 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
 ) -> None:
     session = f"side-{uuid.uuid4().hex[:8]}"
     seed(store, session, 40)  # 80 KB: past the trigger, so round 0 compacts first
-    responder = Responder([Reply(calls=final("done").calls, delay=8)])
+    # Round 0 delegates; round 1 is held at the server while the side question is asked, so the
+    # round's request has a completed assistant turn for the side question to replay up to.
+    responder = Responder([delegate(1), Reply(calls=final("done").calls, delay=8)])
     side_requests: list[RecordedRequest] = []
 
     def route(request: RecordedRequest) -> Any:
@@ -374,8 +389,8 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
     handle = await start_task(
         client, context_worker.task_queue, "Take your time.", model=MODEL, session=session
     )
-    for _ in range(300):  # the round's request is at the server (held there 8 s)
-        if responder.rounds:
+    for _ in range(300):  # round 1's request is at the server (held there 8 s)
+        if len(responder.rounds) == 2:
             break
         await asyncio.sleep(0.1)
     tasks = errands.Client(client, context_worker, store=store)
@@ -383,7 +398,7 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
     assert answer.answer == "Halfway." and answer.path == "preferred"
     assert (await handle.result()).reply == "done"
 
-    round_body, side = responder.rounds[0].body, side_requests[0].body
+    round_body, side = responder.rounds[1].body, side_requests[0].body
     assert side["tools"] == round_body["tools"]
     shared = side["messages"][:-1]  # all but the side question's own message
     assert shared == round_body["messages"][: len(shared)]

@@ -156,11 +156,11 @@ async def history(args: argparse.Namespace) -> int:
             "id": r.id,
             "seq": r.seq,
             "role": r.role,
-            # A compaction summary, with the stretch of seqs it folds in.
-            "kind": "compaction" if r.kind == "summary" else r.kind,
+            "kind": r.shown_kind,
             "text": r.text,
             "task_id": r.task_id,
-            **({"covers": r.meta["covers"]} if r.kind == "summary" else {}),
+            # A compaction summary, with the stretch of seqs it folds in.
+            **({"covers": r.covers} if r.covers else {}),
         }
         for r in rows
     ]

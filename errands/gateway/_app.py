@@ -164,7 +164,12 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         rows = await client.history(session_id, after=after)
         return Messages(
             session_id=session_id,
-            messages=[MessageOut.model_validate(r.model_dump()) for r in rows],
+            messages=[
+                MessageOut.model_validate(
+                    r.model_dump() | {"kind": r.shown_kind, "covers": r.covers}
+                )
+                for r in rows
+            ],
         )
 
     @app.get(

@@ -99,9 +99,12 @@ class MessageOut(BaseModel):
     seq: int
     role: str
     kind: str
+    """As stored, but a compaction summary is ``compaction``."""
     text: str
     task_id: str | None = None
     round: int | None = None
+    covers: list[int] | None = None
+    """For a compaction: the first and last seq it folds in."""
     meta: dict[str, Any] = Field(default_factory=dict)
 
 
