@@ -30,7 +30,7 @@ from errands.store import SessionStore
 from errands.subtask_types import SubtaskType, WorkTool
 from errands.workflow_io import RoundSettings
 from tests.conftest import run_cli
-from tests.helpers import is_branch_request, is_summary_call, start_task
+from tests.helpers import is_branch_request, is_summary_call, keep_history, start_task
 from tests.test_worker_crash import spawn_worker, worker_env
 from worker import build_worker
 
@@ -326,6 +326,7 @@ async def test_a_context_length_refusal_compacts_once_and_the_task_replies(
     result = await handle.result()
     assert result.status == "replied", result.error
     assert result.reply == "fits now"
+    await keep_history(client, handle.id, "context_refusal_compacted")
     # One compaction (its stretch folded in as many calls as it took), then the round again.
     assert len(responder.rounds) == 2  # the refused request and the compacted one
     made = summaries(store, session)
@@ -360,6 +361,7 @@ async def test_a_summarizer_that_keeps_failing_fails_the_task_as_context(
     result = await handle.result()
     assert result.status == "failed"
     assert result.error is not None and result.error.kind == "context"
+    await keep_history(client, handle.id, "context_compactions_failed")
     assert "3 compactions in a row did not make it fit" in result.error.message
     assert "ERRANDS_MODELS" in result.error.message  # what to do about it
     assert len(responder.summaries) == 3
@@ -483,6 +485,7 @@ async def test_a_bulky_branch_output_renders_as_a_preview_and_read_message_shows
     )
     result = await handle.result()
     assert result.status == "replied", result.error
+    await keep_history(client, handle.id, "read_message_pages")
     assert windowed.too_long == []
     (branch,) = store.list_by_prefix(session, ids.branch_rows_prefix(handle.id, 0))
     ref = branch.seq
@@ -578,6 +581,7 @@ async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_c
     (row,) = store.list_by_prefix(result.session_id, ids.branch_rows_prefix(handle.id, 0))
     assert row.meta["status"] == "completed" and row.text == "read all forty pages"
     thread = row.meta["thread_id"]
+    await keep_history(client, thread, "branch_thread_compacted")
     assert summaries(store, thread)  # the thread was compacted, and kept its opening
     assert all("read pages 1 to 40" in r.body["messages"][1]["content"] for r in fetched)
     assert len(fetched) == 41
