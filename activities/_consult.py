@@ -6,6 +6,8 @@ and a side question's answer goes back to whoever asked it, never into the sessi
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -38,7 +40,11 @@ class ConsultActivities:
 
     async def _round_request(self, step: RoundStepInput) -> ModelRequest:
         """The round's request as the round rendered it: from the same summary, with the same
-        previews (decided on the round's model), compacting nothing."""
+        previews, compacting nothing (for a step from before views were pinned, the previews
+        are decided again on the round's model)."""
+        if step.view is not None:
+            request, _, _ = await asyncio.to_thread(round_request, self._store, self._types, step)
+            return request
         fitting = self._fitter.fitting(
             step.model,
             lambda previews: round_request(self._store, self._types, step, previews),

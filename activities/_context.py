@@ -21,8 +21,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities._heartbeats import model_timeout
 from errands import context, ids, prompts, reading
+from errands.activity_io import RoundView
 from errands.contracts import (
     Message,
+    MessageKind,
     ModelRequest,
     ModelUsage,
     NewMessage,
@@ -31,7 +33,7 @@ from errands.contracts import (
 from errands.routing import ModelRouter
 from errands.store import SessionStore
 
-SUMMARY_KIND = "summary"
+SUMMARY_KIND: MessageKind = "summary"
 
 
 @dataclass(frozen=True)
@@ -51,17 +53,28 @@ def covered_upto(summary: StoredMessage) -> int:
     return int(summary.meta["covers"][1])
 
 
-def session_view(store: SessionStore, session_id: str, upto_seq: int | None) -> SessionView:
-    """The latest summary covering no more than ``upto_seq``, and the rows after it. Blocking."""
-    summaries = [
-        s
-        for s in store.list_kind(session_id, SUMMARY_KIND)
-        if upto_seq is None or covered_upto(s) <= upto_seq
-    ]
-    summary = max(summaries, key=covered_upto, default=None)
+def session_view(
+    store: SessionStore,
+    session_id: str,
+    upto_seq: int | None,
+    pinned: RoundView | None = None,
+) -> SessionView:
+    """The summary a round renders from and the rows after it (summaries themselves are never
+    among the rows). ``pinned``: the summary a step already rendered from; otherwise the
+    latest one covering no more than ``upto_seq``. Blocking."""
+    summary: StoredMessage | None
+    if pinned is not None:
+        summary = store.get(pinned.summary_id) if pinned.summary_id else None
+    else:
+        summaries = [
+            s
+            for s in store.list_kind(session_id, SUMMARY_KIND)
+            if upto_seq is None or covered_upto(s) <= upto_seq
+        ]
+        summary = max(summaries, key=covered_upto, default=None)
     after = covered_upto(summary) if summary else 0
     rows = store.list_session(session_id, upto_seq=upto_seq, after_seq=after)
-    return SessionView(session_id, summary, rows)
+    return SessionView(session_id, summary, [r for r in rows if r.kind != SUMMARY_KIND])
 
 
 Build = Callable[[int], tuple[ModelRequest, int, SessionView]]
@@ -83,25 +96,36 @@ class ContextFitter:
         questions, the advisor), so they render what the round rendered and write nothing."""
         return Fitting(self, model, build, compact)
 
-    def overflow(self, model: str, request: ModelRequest) -> int | None:
-        """The input budget ``request`` passes the compaction trigger of, or None if it fits."""
-        budget = context.input_budget(self._router.model_info(model), request.max_output_tokens)
-        estimate = self._router.estimator.tokens(model, context.request_bytes(request))
-        return budget if estimate > context.COMPACT_AT * budget else None
-
-    def refused(self, model: str, request: ModelRequest, refusal: str) -> None:
-        """The provider refused ``request`` as too long: estimate its kind higher from now on."""
+    def budget(self, model: str, request: ModelRequest, window: int | None = None) -> int:
+        """``request``'s input budget on ``model``: its catalog window, or the smaller
+        ``window`` a provider said it has."""
         info = self._router.model_info(model)
-        limit = context.input_budget(info, request.max_output_tokens)
+        if window is not None and window < info.context_window:
+            info = info.model_copy(update={"context_window": window})
+        return context.input_budget(info, request.max_output_tokens)
+
+    def over(self, model: str, request: ModelRequest, budget: int) -> bool:
+        """Whether ``request`` passes the compaction trigger of ``budget``."""
+        estimate = self._router.estimator.tokens(model, context.request_bytes(request))
+        return estimate > context.COMPACT_AT * budget
+
+    def refused(self, model: str, request: ModelRequest, refusal: str, budget: int) -> None:
+        """The provider refused ``request`` as too long: estimate its kind higher from now on."""
         size = context.request_bytes(request)
-        self._router.estimator.shrink(model, size, limit, context.counted_tokens(refusal))
+        self._router.estimator.shrink(model, size, budget, context.counted_tokens(refusal))
 
     async def compact(
-        self, model: str, request: ModelRequest, view: SessionView, budget: int, spent: ModelUsage
+        self,
+        model: str,
+        request: ModelRequest,
+        view: SessionView,
+        budget: int,
+        spent: ModelUsage,
+        window: int | None = None,
     ) -> str | None:
         """Fold the oldest part of ``view`` (what ``request`` rendered) into a new summary:
         None once it is stored, else why no summary could be made (worth another try);
-        ``context`` when nothing can be."""
+        ``context`` when nothing can be. ``window``: as in ``budget``."""
         estimator = self._router.estimator
         # What stays whatever is folded: the request less its summary and rows as rendered.
         fixed = context.request_bytes(request) - view.shown_bytes
@@ -110,7 +134,10 @@ class ContextFitter:
         if cut == 0:
             raise self.context_failure(model, "there is nothing older left to summarise")
         info = self._router.model_info(model)
-        output = min(context.SUMMARY_OUTPUT, info.max_output)
+        if window is not None and window < info.context_window:
+            info = info.model_copy(update={"context_window": window})
+        # An eighth of a small window: the summary and a piece must fit one call together.
+        output = min(context.SUMMARY_OUTPUT, info.max_output, info.context_window // 8)
         # Each call holds the instructions, the running summary (at most `output` tokens) and
         # one piece of the stretch being folded in.
         overhead = estimator.tokens(model, len(prompts.SUMMARY_INSTRUCTIONS) + 512)
@@ -120,7 +147,9 @@ class ContextFitter:
         piece_bytes = int(piece_tokens * estimator.ratio(model))
         previous = view.summary
         for piece in context.pieces(view.rows[:cut], piece_bytes):
-            folded = await self._fold(model, view.session_id, previous, piece, output, spent)
+            folded = await self._fold(
+                model, view.session_id, previous, piece, output, piece_bytes, spent
+            )
             if isinstance(folded, str):
                 return folded
             previous = folded
@@ -134,6 +163,7 @@ class ContextFitter:
         previous: StoredMessage | None,
         piece: list[StoredMessage],
         output: int,
+        piece_bytes: int,
         spent: ModelUsage,
     ) -> StoredMessage | str:
         """``previous`` with ``piece`` folded in, stored; or why the summary call failed."""
@@ -141,10 +171,11 @@ class ContextFitter:
         stored = await asyncio.to_thread(self._store.get, row_id)
         if stored is not None:  # made by an attempt that died after writing it
             return stored
-        # A single row bigger than a piece is cut down to fit its call.
-        row_limit = max(1_000, int(output * self._router.estimator.ratio(model)))
+        # A row bigger than a piece is a piece of its own, cut down to fit the call beside the
+        # running summary.
+        room = piece_bytes - (len(previous.text.encode()) if previous else 0)
         text = prompts.summary_request_text(
-            previous.text if previous else None, transcript(piece, row_limit * 2)
+            previous.text if previous else None, transcript(piece, max(1_000, room))
         )
         request = ModelRequest(
             system=prompts.SUMMARY_INSTRUCTIONS,
@@ -158,7 +189,7 @@ class ContextFitter:
         except ApplicationError as error:
             if error.type != "context":
                 raise
-            self.refused(model, request, error.message)
+            self.refused(model, request, error.message, self.budget(model, request))
             return f"the summary call itself was refused as too long ({error.message})"
         spent.add(ModelUsage.of(response.usage))
         summary = response.text.strip()
@@ -173,7 +204,7 @@ class ContextFitter:
                 id=row_id,
                 session_id=session_id,
                 role="system",  # errands' own words, not the user's
-                kind="summary",
+                kind=SUMMARY_KIND,
                 text=summary,
                 meta={
                     "covers": [first, piece[-1].seq],
@@ -215,8 +246,9 @@ def transcript(rows: list[StoredMessage], row_limit: int) -> str:
 @dataclass
 class Fitting:
     """One activity attempt's way to a request that fits: it compacts while the request is
-    over the trigger, and once more each time the provider refuses it as too long; after
-    ``MAX_COMPACTIONS`` compactions that did not help, it fails the call as ``context``."""
+    over the trigger, and once more each time the provider refuses it as too long (taking the
+    window the provider states, when it states a smaller one than the catalog's); after
+    ``MAX_COMPACTIONS`` compactions in the attempt it fails the call as ``context``."""
 
     fitter: ContextFitter
     model: str
@@ -229,17 +261,23 @@ class Fitting:
     compactions: int = 0
     problem: str = ""
     """Why the last compaction did not help."""
+    window: int | None = None
+    """The window a provider's refusal stated, when smaller than the catalog's."""
+    refusals: int = 0
     request: ModelRequest | None = None
+    view: SessionView | None = None
 
     async def fit(self) -> tuple[ModelRequest, int]:
         """The request, and its catalog's size, once it fits."""
+        compact_now = self.refusals > self.compactions  # a refusal since the last compaction
         while True:
             request, catalog_size, view = await asyncio.to_thread(self.build, self.previews)
-            self.request = request
-            budget = self.fitter.overflow(self.model, request)
-            if budget is None:
+            self.request, self.view = request, view
+            budget = self.fitter.budget(self.model, request, self.window)
+            over = self.fitter.over(self.model, request, budget)
+            if not over and not compact_now:
                 return request, catalog_size
-            if self.previews < reading.ALL:
+            if over and self.previews < reading.ALL:
                 self.previews += 1
                 continue
             if not self.may_compact:
@@ -247,18 +285,31 @@ class Fitting:
             if self.compactions >= context.MAX_COMPACTIONS:
                 raise self.fitter.context_failure(
                     self.model,
-                    f"{self.compactions} compactions in a row did not make it fit"
+                    f"{self.compactions} compactions did not make it fit"
                     + (f" (the last: {self.problem})" if self.problem else ""),
                 )
             self.compactions += 1
+            compact_now = False
             self.problem = (
-                await self.fitter.compact(self.model, request, view, budget, self.spent)
+                await self.fitter.compact(
+                    self.model, request, view, budget, self.spent, self.window
+                )
                 or "the request was still too long after it"
             )
 
     def refused(self, error: ApplicationError) -> None:
         """The provider refused the last request as too long: estimate such requests higher,
-        so the next ``fit`` compacts."""
+        and make the next ``fit`` compact."""
         assert self.request is not None
         self.problem = error.message
-        self.fitter.refused(self.model, self.request, error.message)
+        self.refusals = self.compactions + 1
+        stated = context.stated_window(error.message)
+        if stated is not None:
+            self.window = min(stated, self.window or stated)
+        budget = self.fitter.budget(self.model, self.request, self.window)
+        self.fitter.refused(self.model, self.request, error.message, budget)
+
+    def pinned(self) -> RoundView:
+        """What the last request rendered, to pin on the round."""
+        summary = self.view.summary if self.view is not None else None
+        return RoundView(summary_id=summary.id if summary else None, previews=self.previews)

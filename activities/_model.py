@@ -61,6 +61,7 @@ class ModelActivities:
                 catalog_size=catalog_size,
                 attempt=activity.info().attempt,
                 compaction=fitting.spent if fitting.spent.calls else None,
+                view=fitting.pinned(),
             )
 
     @activity.defn(name="open_branch")
@@ -144,6 +145,10 @@ class ModelActivities:
         opening = self._store.get(ids.thread_instructions_id(data.thread_id))
         view = session_view(self._store, data.thread_id, None)
         rows = [r for r in view.rows if opening is None or r.id != opening.id]
+        if view.summary is not None:
+            # Results whose call was folded into the summary (a piece may end mid-step).
+            while rows and rows[0].kind == "tool_result":
+                rows.pop(0)
         latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
         shortened = 0
         shown: list[StoredMessage] = []

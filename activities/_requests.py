@@ -29,7 +29,9 @@ def round_request(
     """The round's request, the size of its catalog, and the view of the session it renders
     (from the latest compaction summary on; bulky outputs as ``previews`` says).
     Blocking: call it from a thread."""
-    view = session_view(store, data.session_id, data.upto_seq)
+    if data.view is not None:  # pinned: exactly what the round's step rendered
+        previews = data.view.previews
+    view = session_view(store, data.session_id, data.upto_seq, data.view)
     rendered = render_session(view.rows, data.task_id, view.summary, previews=previews)
     installed = list(types.values())
     delegable = data.final_reason is None and bool(installed)

@@ -125,6 +125,7 @@ class SessionActivities:
                     catalog_upto_seq=data.upto_seq,
                     prompt=draft.prompt,
                     references=draft.references,
+                    view=data.view,
                 )
                 # No thread ids from a task started before they were sent: its branches
                 # open their own threads, as they always can.

@@ -17,11 +17,14 @@ def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> No
     """Start each branch's thread with its instructions and the messages it cites, verbatim.
     A thread already opened is left as it is; the catalog is rendered once for all of them."""
     todo = [o for o in openings if store.get(ids.thread_instructions_id(o.thread_id)) is None]
-    catalogs: dict[tuple[str, str, int], list[CatalogEntry]] = {}
+    catalogs: dict[tuple[str, str, int, str | None], list[CatalogEntry]] = {}
     for opening in todo:
-        key = (opening.session_id, opening.task_id, opening.catalog_upto_seq)
+        pinned = opening.view.summary_id if opening.view else None
+        key = (opening.session_id, opening.task_id, opening.catalog_upto_seq, pinned)
         if key not in catalogs:
-            view = session_view(store, opening.session_id, opening.catalog_upto_seq)
+            view = session_view(
+                store, opening.session_id, opening.catalog_upto_seq, opening.view
+            )
             catalogs[key] = render_session(view.rows, opening.task_id, view.summary).catalog
         cited = referenced_messages(catalogs[key], opening.references)
         store.append_once(

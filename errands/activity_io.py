@@ -60,6 +60,16 @@ class OpenTaskOutput(BaseModel):
     """Round 0's state, when asked for: what ``prepare_round`` would have answered next."""
 
 
+class RoundView(BaseModel):
+    """What a round's request rendered of its session: the compaction summary it started from
+    (None: no summary) and which bulky outputs it showed as previews (``errands.reading``).
+    Pinned on the round, so its side questions, its advisor and its branches' citations
+    render exactly what its model saw, whatever summaries come later."""
+
+    summary_id: str | None = None
+    previews: int = 0
+
+
 class RoundStepInput(BaseModel):
     task_id: str
     session_id: str
@@ -77,6 +87,8 @@ class RoundStepInput(BaseModel):
     """This slot's own messages after the rendered session (repairs, work-tool exchanges)."""
     max_subtasks: int = 8
     max_output_tokens: int = 4096
+    view: RoundView | None = None
+    """Set once the step ran: render exactly this view (None: fit the request afresh)."""
 
 
 class RoundStepOutput(BaseModel):
@@ -86,6 +98,8 @@ class RoundStepOutput(BaseModel):
     """The activity attempt that succeeded; earlier attempts were failed calls."""
     compaction: ModelUsage | None = None
     """The summary calls this attempt made to fit the request (the ledger's ``compaction``)."""
+    view: RoundView | None = None
+    """What the request rendered, to pin on the round."""
 
 
 class AppendAckInput(BaseModel):
@@ -97,6 +111,8 @@ class AppendAckInput(BaseModel):
     subtasks: list[SubtaskDraft]
     thread_ids: list[str] = Field(default_factory=list)
     """The subtasks' thread ids, in order: their threads are opened with the acknowledgement."""
+    view: RoundView | None = None
+    """The delegating step's view, against which the subtasks' references are resolved."""
 
 
 class AppendReplyInput(BaseModel):
@@ -151,6 +167,8 @@ class OpenBranchInput(BaseModel):
     catalog_upto_seq: int
     prompt: str
     references: list[int] = Field(default_factory=list)
+    view: RoundView | None = None
+    """The delegating step's view (None: the latest summary up to ``catalog_upto_seq``)."""
 
 
 class BranchStepInput(BaseModel):

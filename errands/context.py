@@ -28,7 +28,8 @@ next one: the instructions and tools, the new summary, and the newest messages w
 SUMMARY_OUTPUT = 4_000
 """Most output tokens a summary call may write (capped by the model's own maximum)."""
 MAX_COMPACTIONS = 3
-"""Compactions in a row that may fail to make a request fit before the task fails (``context``)."""
+"""Compactions one model call may make before it fails as ``context``: more would mean the
+window cannot hold what must stay word for word."""
 
 START_BYTES_PER_TOKEN = 3.0
 """Before any provider has reported: English prose runs near 4 bytes a token in the common
@@ -131,6 +132,22 @@ def counted_tokens(refusal: str) -> int | None:
     return int(found.group(1).replace(",", "")) if found else None
 
 
+_STATED = re.compile(
+    r"maximum context length is\s*(\d[\d,]*)|>\s*(\d[\d,]*)\s*maximum"
+    r"|context (?:size|window|limit)(?: is| of)?\s*\(?(\d[\d,]*)",
+    re.IGNORECASE,
+)
+
+
+def stated_window(refusal: str) -> int | None:
+    """The window a provider's refusal says the model has ("maximum context length is 8192
+    tokens", "… > 200000 maximum"), when it says."""
+    found = _STATED.search(refusal)
+    if not found:
+        return None
+    return int(next(g for g in found.groups() if g).replace(",", ""))
+
+
 def is_cut_point(row: StoredMessage) -> bool:
     """A compaction may end just before this row: a user's message starts a task, a round's
     acknowledgement its delegate exchange (its branches' rows follow it), and a branch's step
@@ -156,14 +173,17 @@ def compaction_cut(rows: Sequence[StoredMessage], keep_bytes: int) -> int:
 
 
 def pieces(rows: Sequence[StoredMessage], piece_bytes: int) -> list[list[StoredMessage]]:
-    """``rows`` in consecutive pieces of at most ``piece_bytes`` each (a row bigger than that
-    is a piece of its own, cut down when it is written out for the summary)."""
+    """``rows`` in consecutive pieces of about ``piece_bytes`` each, each ending just before a
+    cut point where it can (so a piece's summary never parts a call from its results), and
+    anywhere once a piece has grown to twice the size. A row bigger than that is a piece of
+    its own, cut down when it is written out for the summary."""
     out: list[list[StoredMessage]] = []
     current: list[StoredMessage] = []
     size = 0
     for row in rows:
         weight = row_bytes(row)
-        if current and size + weight > piece_bytes:
+        full = size + weight > piece_bytes
+        if current and full and (is_cut_point(row) or size + weight > 2 * piece_bytes):
             out.append(current)
             current, size = [], 0
         current.append(row)

@@ -6,6 +6,7 @@ stored (DESIGN invariant 1). Provider-facing tool-call ids keep to ``[A-Za-z0-9_
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -62,9 +63,11 @@ def reads_session_id(task_id: str) -> str:
     return f"task:{task_id}:reads"
 
 
-def read_result_id(task_id: str, round_: int, slot: str, step: int) -> str:
-    """The page a round's ``read_message`` call at the task's ``step`` asked for."""
-    return f"task:{task_id}:round:{round_}:{slot}:read:{step}"
+def read_result_id(task_id: str, round_: int, slot: str, step: int, arguments: str) -> str:
+    """The page a round's ``read_message`` call at the task's ``step`` asked for; the digest
+    of its arguments keeps a different call at the same step (after a reset) apart."""
+    digest = hashlib.sha256(arguments.encode()).hexdigest()[:12]
+    return f"task:{task_id}:round:{round_}:{slot}:read:{step}:{digest}"
 
 
 def provider_safe(raw: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from errands.activity_io import HEARTBEAT_TIMEOUT_SECONDS, RoundStepInput
+from errands.activity_io import HEARTBEAT_TIMEOUT_SECONDS, RoundStepInput, RoundView
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
 from errands.errors import FailureKind, TaskFailed
@@ -222,6 +222,8 @@ class SubtaskInput(BaseModel):
     references: list[int] = Field(default_factory=list)
     """Catalog indexes, resolved by the branch's activity against ``catalog_upto_seq``."""
     catalog_upto_seq: int
+    catalog_view: RoundView | None = None
+    """The delegating step's view of the session, which ``references`` number."""
     params: dict[str, Any] = Field(default_factory=dict)
     model: str
     step_limit: int

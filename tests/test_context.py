@@ -18,7 +18,9 @@ import pytest
 from temporalio.client import Client
 
 import errands
+from activities._context import session_view
 from errands import context, ids, reading
+from errands.activity_io import RoundView
 from errands.contracts import NewMessage, StoredMessage, ToolSpec
 from errands.devserver import DevServer
 from errands.models import ModelInfo
@@ -103,13 +105,50 @@ def test_a_compaction_cuts_only_before_a_task_or_a_rounds_exchange() -> None:
     assert context.compaction_cut(rows("user", "reply", "reply"), 10) == 0  # nowhere to cut
 
 
-def test_pieces_keep_the_order_and_stay_under_their_size() -> None:
+def test_pieces_keep_the_order_and_end_before_a_cut_point_where_they_can() -> None:
     session = rows(*["user", "reply"] * 10)
     weight = context.row_bytes(session[0])
     parts = context.pieces(session, 3 * weight)
     assert [r for part in parts for r in part] == session
-    assert all(sum(context.row_bytes(r) for r in part) <= 3 * weight for part in parts)
-    assert len(parts) == 7
+    assert all(part[0].kind == "user" for part in parts)  # never a reply without its question
+    assert all(sum(context.row_bytes(r) for r in part) <= 2 * 3 * weight for part in parts)
+    # A step and its results stay together; a stretch with no cut point is parted at 2x.
+    thread = rows("step", "tool_result", "tool_result", "step", "tool_result", "tool_result")
+    assert [len(p) for p in context.pieces(thread, 2 * weight)] == [3, 3]
+    assert [len(p) for p in context.pieces(rows(*["tool_result"] * 6), 2 * weight)] == [4, 2]
+
+
+def test_the_window_a_refusal_states_is_read_from_its_words() -> None:
+    assert (
+        context.stated_window(
+            "This model's maximum context length is 8192 tokens. However, you requested 9000"
+        )
+        == 8_192
+    )
+    assert context.stated_window("prompt is too long: 210000 tokens > 200,000 maximum") == 200_000
+    assert context.stated_window("the request exceeds the available context size") is None
+
+
+def test_a_pinned_view_renders_from_its_own_summary_whatever_came_later(
+    store: SessionStore,
+) -> None:
+    session = f"pinned-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 6, size=100)
+    later = store.append_once(
+        NewMessage(
+            id=ids.summary_id(session, 4),
+            session_id=session,
+            role="system",
+            kind="summary",
+            text="a later task's summary",
+            meta={"covers": [1, 4]},
+        )
+    )
+    latest = session_view(store, session, 6)
+    assert latest.summary == later and [r.seq for r in latest.rows] == [5, 6]
+    before = session_view(store, session, 6, RoundView(summary_id=None))
+    assert before.summary is None and [r.seq for r in before.rows] == [1, 2, 3, 4, 5, 6]
+    assert all(r.kind != "summary" for r in session_view(store, session, None).rows)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +208,8 @@ def test_every_common_context_length_refusal_is_classified_as_context(
     error = openai.BadRequestError("refused", response=response, body=body.get("error", body))
     classified = classify_provider_error(error, "openai")
     assert (classified.type, classified.non_retryable) == ("context", True)
-    assert "compacted" in classified.message
+    assert "compacts the conversation" in classified.message
+    assert "context_window in ERRANDS_MODELS" in classified.message
 
 
 # -- against the dev server -------------------------------------------------------------------
@@ -362,7 +402,7 @@ async def test_a_summarizer_that_keeps_failing_fails_the_task_as_context(
     assert result.status == "failed"
     assert result.error is not None and result.error.kind == "context"
     await keep_history(client, handle.id, "context_compactions_failed")
-    assert "3 compactions in a row did not make it fit" in result.error.message
+    assert "3 compactions did not make it fit" in result.error.message
     assert "ERRANDS_MODELS" in result.error.message  # what to do about it
     assert len(responder.summaries) == 3
     assert summaries(store, session) == []
@@ -585,6 +625,15 @@ async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_c
     assert summaries(store, thread)  # the thread was compacted, and kept its opening
     assert all("read pages 1 to 40" in r.body["messages"][1]["content"] for r in fetched)
     assert len(fetched) == 41
+    for request in fetched:  # one summary at most, right after the opening; no stray system turn
+        messages = request.body["messages"]
+        assert [m["role"] for m in messages[1:]].count("system") == 0
+        summaries_shown = [
+            m for m in messages if (m.get("content") or "").startswith("(Summary of the earlier")
+        ]
+        assert len(summaries_shown) <= 1
+        assert not summaries_shown or messages[2] is summaries_shown[0]
+        assert messages[3]["role"] != "tool" if summaries_shown else True
     assert result.usage.parts["compaction"][MODEL].calls == len(responder.summaries) > 0
 
 
@@ -644,3 +693,23 @@ async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_i
     assert [s.text for s in made] == returned  # once each, exactly as the model wrote them
     assert len({s.id for s in made}) == len(made) >= 1
     assert model_server.too_long == []
+
+
+async def test_a_server_with_a_smaller_window_than_the_catalog_says_is_compacted_to_it(
+    client: Client, context_worker: Settings, windowed: ScriptedModelServer, store: SessionStore
+) -> None:
+    # The catalog knows nothing of `ctx-small` (32,000 tokens by default); the server has 8,192.
+    windowed.limit_context("ctx-small", 8_192)
+    session = f"small-{uuid.uuid4().hex[:8]}"
+    seed(store, session, 10)  # 20 KB: fits 32,000 tokens, not 8,192
+    responder = Responder([final("fits the real window")])
+    windowed.responder = responder
+    handle = await start_task(
+        client, context_worker.task_queue, "Go on.", model="openai:ctx-small", session=session
+    )
+    result = await handle.result()
+    assert result.status == "replied", result.error
+    assert len(windowed.too_long) == 1  # refused once, then compacted to the window it stated
+    assert responder.summaries and all(
+        len(r.raw) // 4 + r.body["max_completion_tokens"] <= 8_192 for r in responder.summaries
+    )

@@ -64,6 +64,7 @@ async def _branch(
                 prompt=draft.prompt,
                 references=draft.references,
                 catalog_upto_seq=upto,
+                catalog_view=state.last_round.view if state.last_round else None,
                 params=draft.params,
                 model=type_info.model or data.model,
                 step_limit=settings.branch_step_limit,

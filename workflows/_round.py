@@ -265,6 +265,10 @@ class RoundDecider:
             )
             if out.compaction is not None:
                 state.ledger.merge("compaction", {model: out.compaction})
+            if out.view is not None:
+                # Pinned: the round's side questions and advisor render what its model saw.
+                step = step.model_copy(update={"view": out.view})
+                state.last_round = step
             work = {ADVISOR_TOOL, READ_MESSAGE} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if (
@@ -293,7 +297,9 @@ class RoundDecider:
                 continue
             if isinstance(decision, ToolCall) and decision.name == READ_MESSAGE:
                 # The page is stored and read back by the next step: never through history.
-                result_id = ids.read_result_id(data.task_id, slot.round, slot.name, state.steps)
+                result_id = ids.read_result_id(
+                    data.task_id, slot.round, slot.name, state.steps, decision.arguments
+                )
                 is_error = await store_call(
                     SessionActivities.read_message,
                     ReadMessageInput(

@@ -150,6 +150,7 @@ class SubtaskWorkflow:
             catalog_upto_seq=data.catalog_upto_seq,
             prompt=data.prompt,
             references=data.references,
+            view=data.catalog_view,
         )
 
     @staticmethod

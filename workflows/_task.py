@@ -309,6 +309,7 @@ class TaskWorkflow:
                 reply=decision.reply,
                 subtasks=decision.subtasks,
                 thread_ids=[thread_id(round_, k) for k in range(1, len(decision.subtasks) + 1)],
+                view=self.state.last_round.view if self.state.last_round else None,
             ),
         )
 

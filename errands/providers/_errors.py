@@ -50,8 +50,8 @@ _NAMES_THE_REQUEST = re.compile(
 )
 _CONTEXT_STATUSES = {400, 413, 422, 500}
 _NAMES_THE_CONTEXT = re.compile(
-    r"context[_ ]length|maximum context|context (window|size)|prompt is too long"
-    r"|exceeds? the (available )?context|too many (input )?tokens|input (is )?too long",
+    r"context[_ ]length|maximum context|context (window|size|limit)|prompt is too long"
+    r"|exceeds? the (available )?context",
     re.IGNORECASE,
 )
 _TOOL_CHOICE_REFUSAL_STATUSES = {400, 422, 500}
@@ -137,7 +137,9 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
             "context",
             provider,
             f"{provider} refused the request as longer than the model's context window "
-            f"(HTTP {status}: {said}); the conversation must be compacted to fit",
+            f"(HTTP {status}: {said}); errands compacts the conversation and sends it again - "
+            "if this keeps happening, set the model's context_window in ERRANDS_MODELS to the "
+            "server's own",
             status=status,
         )
     if status in _REQUEST_VERDICT_STATUSES and _NAMES_THE_REQUEST.search(said):
