@@ -26,6 +26,7 @@ from errands.contracts import (
     Message,
     MessageKind,
     ModelRequest,
+    ModelResponse,
     ModelUsage,
     NewMessage,
     StoredMessage,
@@ -296,6 +297,20 @@ class Fitting:
                 )
                 or "the request was still too long after it"
             )
+
+    async def complete(self, router: ModelRouter) -> tuple[ModelResponse, int]:
+        """Fit the request and send it; a refusal as too long compacts and sends again (at
+        most ``MAX_COMPACTIONS`` compactions in all). The response, and the catalog's size."""
+        while True:
+            request, catalog_size = await self.fit()
+            try:
+                response = await router.complete(self.model, request, timeout=model_timeout())
+            except ApplicationError as error:
+                if error.type != "context":
+                    raise
+                self.refused(error)  # the next fit compacts
+                continue
+            return response, catalog_size
 
     def refused(self, error: ApplicationError) -> None:
         """The provider refused the last request as too long: estimate such requests higher,

@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._context import ContextFitter, SessionView, session_view
-from activities._heartbeats import heartbeating, model_timeout
+from activities._heartbeats import heartbeating
 from activities._requests import round_request
 from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
 from errands import context, ids, prompts, reading
@@ -47,22 +47,14 @@ class ModelActivities:
         fitting = self._fitter.fitting(
             data.model, lambda previews: round_request(self._store, self._types, data, previews)
         )
-        while True:
-            request, catalog_size = await fitting.fit()
-            try:
-                response = await self._router.complete(data.model, request, timeout=model_timeout())
-            except ApplicationError as error:
-                if error.type != "context":
-                    raise
-                fitting.refused(error)  # the next fit compacts
-                continue
-            return RoundStepOutput(
-                response=response,
-                catalog_size=catalog_size,
-                attempt=activity.info().attempt,
-                compaction=fitting.spent if fitting.spent.calls else None,
-                view=fitting.pinned(),
-            )
+        response, catalog_size = await fitting.complete(self._router)
+        return RoundStepOutput(
+            response=response,
+            catalog_size=catalog_size,
+            attempt=activity.info().attempt,
+            compaction=fitting.spent if fitting.spent.calls else None,
+            view=fitting.pinned(),
+        )
 
     @activity.defn(name="open_branch")
     async def open_branch(self, data: OpenBranchInput) -> None:
@@ -95,16 +87,7 @@ class ModelActivities:
         fitting = self._fitter.fitting(
             data.model, lambda previews: self._branch_request(data, previews)
         )
-        while True:
-            request, _ = await fitting.fit()
-            try:
-                response = await self._router.complete(data.model, request, timeout=model_timeout())
-            except ApplicationError as error:
-                if error.type != "context":
-                    raise
-                fitting.refused(error)  # the next fit compacts
-                continue
-            break
+        response, _ = await fitting.complete(self._router)
         step = NewMessage(
             id=ids.thread_step_id(data.thread_id, data.step),
             session_id=data.thread_id,
@@ -242,4 +225,3 @@ class ModelActivities:
             return await tool(arguments), False
         except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
             return f"{call.name} failed: {type(error).__name__}: {error}", True
-

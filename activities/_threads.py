@@ -22,9 +22,7 @@ def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> No
         pinned = opening.view.summary_id if opening.view else None
         key = (opening.session_id, opening.task_id, opening.catalog_upto_seq, pinned)
         if key not in catalogs:
-            view = session_view(
-                store, opening.session_id, opening.catalog_upto_seq, opening.view
-            )
+            view = session_view(store, opening.session_id, opening.catalog_upto_seq, opening.view)
             catalogs[key] = render_session(view.rows, opening.task_id, view.summary).catalog
         cited = referenced_messages(catalogs[key], opening.references)
         store.append_once(

@@ -12,6 +12,7 @@ import re
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -256,11 +257,26 @@ def windowed() -> Iterator[ScriptedModelServer]:
 async def context_worker(
     client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
 ) -> AsyncIterator[Settings]:
+    async with worker_for(client, settings, store, windowed, {MODEL: WINDOW}) as own:
+        yield own
+
+
+@asynccontextmanager
+async def worker_for(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    windowed: ScriptedModelServer,
+    windows: dict[str, int],
+    **changes: Any,
+) -> AsyncIterator[Settings]:
+    """A worker of its own on ``windowed``, the catalog giving each model its window."""
     own = settings.model_copy(
         update={
             "task_queue": f"context-{uuid.uuid4().hex[:6]}",
             "openai_base_url": windowed.openai_base_url,
-            "models": json.dumps({MODEL: {"context_window": WINDOW}}),
+            "models": json.dumps({m: {"context_window": w} for m, w in windows.items()}),
+            **changes,
         }
     )
     router = ModelRouter(own)
@@ -483,18 +499,9 @@ WIDE = "openai:ctx-64k"
 async def wide_worker(
     client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
 ) -> AsyncIterator[Settings]:
-    own = settings.model_copy(
-        update={
-            "task_queue": f"context-{uuid.uuid4().hex[:6]}",
-            "openai_base_url": windowed.openai_base_url,
-            "models": json.dumps({WIDE: {"context_window": 64_000}}),
-        }
-    )
     windowed.limit_context("ctx-64k", 64_000)
-    router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
+    async with worker_for(client, settings, store, windowed, {WIDE: 64_000}) as own:
         yield own
-    await router.aclose()
 
 
 MARKER = re.compile(r"read_message\(ref (\d+)\) shows all")
@@ -573,18 +580,10 @@ TYPES = [
 async def fetch_worker(
     client: Client, settings: Settings, store: SessionStore, windowed: ScriptedModelServer
 ) -> AsyncIterator[Settings]:
-    own = settings.model_copy(
-        update={
-            "task_queue": f"context-{uuid.uuid4().hex[:6]}",
-            "openai_base_url": windowed.openai_base_url,
-            "models": json.dumps({MODEL: {"context_window": WINDOW}}),
-            "subtask_types": "tests.test_context:TYPES",
-        }
-    )
-    router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
+    async with worker_for(
+        client, settings, store, windowed, {MODEL: WINDOW}, subtask_types="tests.test_context:TYPES"
+    ) as own:
         yield own
-    await router.aclose()
 
 
 async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_completes(
