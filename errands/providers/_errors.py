@@ -131,7 +131,7 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
     key_var = _KEY_VARIABLES.get(provider, "the API key variable")
     url_var = _URL_VARIABLES.get(provider, "the base URL variable")
     if status in _CONTEXT_STATUSES and (
-        _error_code(error) == "context_length_exceeded" or _NAMES_THE_CONTEXT.search(said)
+        _error_field(error, "code") == "context_length_exceeded" or _NAMES_THE_CONTEXT.search(said)
     ):
         return _failure(
             "context",
@@ -151,7 +151,8 @@ def _classify_status(error: StatusError, provider: str) -> ApplicationError:
             f"server that accepts it ({url_var}, ERRANDS_MODELS)",
             status=status,
         )
-    if status in _TRANSIENT_STATUSES or status >= 500 or _error_type(error) == "overloaded_error":
+    overloaded = _error_field(error, "type") == "overloaded_error"
+    if status in _TRANSIENT_STATUSES or status >= 500 or overloaded:
         return _failure(
             "transient",
             provider,
@@ -259,21 +260,14 @@ def _provider_message(error: StatusError) -> str:
     return error.message
 
 
-def _error_code(error: StatusError) -> str | None:
+def _error_field(error: StatusError, field: str) -> str | None:
+    """A string field of the provider's error object (``code``, ``type``), if it has one."""
     body = error.body
     if isinstance(body, dict):
+        # OpenAI's SDK hands over the inner error object, Anthropic's the whole envelope.
         inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("code"), str):
-            return inner["code"]
-    return None
-
-
-def _error_type(error: StatusError) -> str | None:
-    body = error.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("type"), str):
-            return inner["type"]
+        if isinstance(inner, dict) and isinstance(inner.get(field), str):
+            return inner[field]
     return None
 
 
