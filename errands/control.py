@@ -186,9 +186,7 @@ def parse_delegate(
     args = _arguments(calls[0])
     reply = args.get("reply")
     if not isinstance(reply, str) or not reply.strip():
-        raise ModelMistake(
-            "delegate: `reply` must be a non-blank acknowledgement for the user."
-        )
+        raise ModelMistake("delegate: `reply` must be a non-blank acknowledgement for the user.")
     raw_subtasks = args.get("subtasks")
     if isinstance(raw_subtasks, str):
         raw_subtasks = _loads_or(raw_subtasks, raw_subtasks)

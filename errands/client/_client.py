@@ -32,7 +32,6 @@ QUERY_TIMEOUT = 5.0
 request fails with ``NoWorker`` instead of waiting for one indefinitely."""
 
 
-
 async def connect(
     address: str,
     namespace: str = "default",

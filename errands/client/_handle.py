@@ -398,7 +398,5 @@ class TaskHandle:
 
     def _ended_meanwhile(self, error: RPCError) -> Exception:
         if "completed" in error.message.lower():
-            return TaskEnded(
-                self.task_id, "completed", "it ended while the request was on its way"
-            )
+            return TaskEnded(self.task_id, "completed", "it ended while the request was on its way")
         return refusal(error, self.task_id, self._client.namespace)

@@ -137,8 +137,7 @@ class PostgresStore:
     def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
         with self._pool.connection() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND kind = %s"
-                " ORDER BY seq",
+                f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND kind = %s ORDER BY seq",
                 (session_id, kind),
             ).fetchall()
         return [_to_message(row) for row in rows]
