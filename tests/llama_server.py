@@ -11,6 +11,7 @@ llama-server`` runs it before pytest starts).
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import http.client
 import json
@@ -28,7 +29,7 @@ import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,9 @@ class Exchange:
 
     path: str
     body: dict[str, Any]
+    """The request as errands sent it (before any narrowing)."""
+    offered: list[str] = field(default_factory=list)
+    """The tools the server was shown, after narrowing."""
     status: int | None = None
     """None while in flight, and for a request the server never answered."""
     response: dict[str, Any] | None = None
@@ -293,19 +297,38 @@ class Exchange:
 Predicate = Callable[[dict[str, Any]], bool]
 
 
+@dataclass(frozen=True)
+class Narrowing:
+    """For the requests ``applies`` matches: offer only ``tools``, and drop ``subtask_fields``
+    from ``delegate``'s subtask schema."""
+
+    applies: Predicate
+    tools: frozenset[str]
+    subtask_fields: frozenset[str] = frozenset()
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(body)
+        body["tools"] = [t for t in body.get("tools") or [] if t["function"]["name"] in self.tools]
+        for tool in body["tools"]:
+            if tool["function"]["name"] == "delegate":
+                subtasks = tool["function"]["parameters"]["properties"]["subtasks"]
+                for name in self.subtask_fields:
+                    subtasks["items"]["properties"].pop(name, None)
+        return body
+
+
 class RecordingProxy:
     """A loopback HTTP proxy in front of llama-server. It records every request and the answer
     (with the server's own ``usage``), can hold matching requests unanswered until released, can
-    narrow the tools a matching request offers, and drops the client's connection when the
-    server gives no answer, as a dead server would. Whole JSON bodies only: errands does not
-    stream."""
+    narrow what a matching request offers, and drops the client's connection when the server
+    gives no answer, as a dead server would. Whole JSON bodies only: errands does not stream."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.exchanges: list[Exchange] = []
         self._lock = threading.Condition()
         self._hold: Predicate | None = None
-        self._narrow: tuple[Predicate, frozenset[str]] | None = None
+        self._narrowings: list[Narrowing] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
         self._server.daemon_threads = True
         self._server.proxy = self  # type: ignore[attr-defined]
@@ -327,7 +350,7 @@ class RecordingProxy:
     def reset(self) -> None:
         with self._lock:
             self.exchanges = []
-            self._narrow = None
+            self._narrowings = []
 
     def hold(self, predicate: Predicate) -> None:
         """Keep the requests ``predicate`` matches waiting, unanswered, until ``release``."""
@@ -339,20 +362,22 @@ class RecordingProxy:
             self._hold = None
             self._lock.notify_all()
 
-    def narrow(self, predicate: Predicate, tools: set[str]) -> None:
-        """Offer only ``tools`` in the requests ``predicate`` matches, until ``reset``. The
-        server's grammar then makes the model call one of them: the way to a delegating round
-        that does not hang on a 135M model's choice. The exchange records the request as sent."""
+    def narrow(
+        self, predicate: Predicate, tools: set[str], *, subtask_fields: set[str] = frozenset()
+    ) -> None:
+        """Offer only ``tools`` (and ``delegate`` without ``subtask_fields``) in the requests
+        ``predicate`` matches, until ``reset``; the first matching rule applies. The server's
+        grammar then makes the model call one of them: what is tested is what errands does
+        with the call, not whether a 135M model chose it or filled every field sensibly."""
         with self._lock:
-            self._narrow = (predicate, frozenset(tools))
+            rule = Narrowing(predicate, frozenset(tools), frozenset(subtask_fields))
+            self._narrowings.append(rule)
 
     def narrowed(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            narrow = self._narrow
-        if narrow is None or not narrow[0](body):
-            return body
-        keep = [t for t in body.get("tools") or [] if t["function"]["name"] in narrow[1]]
-        return {**body, "tools": keep}
+            rules = list(self._narrowings)
+        rule = next((r for r in rules if r.applies(body)), None)
+        return body if rule is None else rule.apply(body)
 
     def held(self) -> list[Exchange]:
         with self._lock:
@@ -362,9 +387,11 @@ class RecordingProxy:
             waiting = [e for e in self.exchanges if e.status is None and e.error is None]
             return [e for e in waiting if hold(e.body)]
 
-    def enter(self, path: str, body: dict[str, Any]) -> Exchange:
-        """Record a request, and wait while it is held."""
-        exchange = Exchange(path=path, body=body)
+    def enter(self, path: str, body: dict[str, Any], sent: dict[str, Any]) -> Exchange:
+        """Record a request (as errands sent it, and the tools the server is shown), and wait
+        while it is held."""
+        offered = [t["function"]["name"] for t in sent.get("tools") or []]
+        exchange = Exchange(path=path, body=body, offered=offered)
         with self._lock:
             self.exchanges.append(exchange)
             while self._hold is not None and self._hold(body):
@@ -390,7 +417,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         sent = proxy.narrowed(body)
         if sent is not body:
             raw = json.dumps(sent).encode()
-        exchange = proxy.enter(self.path, sent)
+        exchange = proxy.enter(self.path, body, sent)
         upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=600)
         try:
             content_type = self.headers.get("Content-Type", "application/json")
