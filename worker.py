@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Plugin, Worker
 
-from activities import ConsultActivities, ModelActivities, model_calls
+from activities import ConsultActivities, McpTools, ModelActivities, model_calls
 from errands.client import connect
 from errands.errors import ConfigError, ErrandsError
 from errands.plugin import ErrandsPlugin, cache_workflow_bytecode
@@ -77,8 +77,9 @@ def build_model_queue_workers(
     if not queues:
         return []
     types = load_types(settings.subtask_types)
+    tools = McpTools(store, settings.mcp())
     calls = model_calls(
-        ModelActivities(store, router, types), ConsultActivities(store, router, types)
+        ModelActivities(store, router, types, tools), ConsultActivities(store, router, types)
     )
     return [
         Worker(
@@ -155,9 +156,7 @@ async def run_worker(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # Opens the session store: a bad ERRANDS_DATABASE_URL fails here, before any polling.
-    async with running_workers(
-        client, settings, graceful_shutdown_timeout=timedelta(seconds=60)
-    ):
+    async with running_workers(client, settings, graceful_shutdown_timeout=timedelta(seconds=60)):
         polled = [settings.task_queue, *settings.model_task_queues()]
         logging.getLogger("errands").info("worker polling %s", ", ".join(polled))
         await stop.wait()

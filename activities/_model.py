@@ -4,7 +4,6 @@ the SDK clients have theirs off, and provider errors are classified once at this
 from __future__ import annotations
 
 import asyncio
-import json
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -13,6 +12,7 @@ from activities._context import ContextFitter, SessionView, session_view
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
 from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
+from activities._tools import MAIN, McpTools, OfferedTool, PinnedTools, arguments_of
 from errands import context, ids, prompts, reading
 from errands.activity_io import (
     BranchStepInput,
@@ -21,29 +21,40 @@ from errands.activity_io import (
     RecordBranchInput,
     RoundStepInput,
     RoundStepOutput,
+    RunRoundToolInput,
     RunToolInput,
     RunToolOutput,
 )
 from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 from errands.routing import ModelRouter
 from errands.store import SessionStore
-from errands.subtask_types import SubtaskType
+from errands.subtask_types import SubtaskType, WorkTool
 
 
 class ModelActivities:
     def __init__(
-        self, store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+        self,
+        store: SessionStore,
+        router: ModelRouter,
+        types: dict[str, SubtaskType],
+        mcp_tools: McpTools | None = None,
     ) -> None:
         self._store = store
         self._router = router
         self._types = types
         self._fitter = ContextFitter(store, router)
+        self._mcp = mcp_tools if mcp_tools is not None else McpTools(store, {})
 
     @activity.defn(name="round_step")
     async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
         return await heartbeating(self._round_step(data))
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
+        work_tools: list[str] = []
+        if data.work_tools and data.final_reason is None:
+            # Listed (and pinned) before the request is built: round_request reads the pin.
+            pinned = await self._pinned(data.task_id, MAIN)
+            work_tools = [t.name for t in pinned.offered(MAIN)] if pinned is not None else []
         fitting = self._fitter.fitting(
             data.model, lambda previews: round_request(self._store, self._types, data, previews)
         )
@@ -54,6 +65,7 @@ class ModelActivities:
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
             view=fitting.pinned(),
+            work_tools=work_tools,
         )
 
     @activity.defn(name="open_branch")
@@ -84,8 +96,9 @@ class ModelActivities:
                 model=stored.meta.get("model", data.model),
                 replayed=True,
             )
+        pinned = await self._pinned(data.task_id, data.subtask_type)
         fitting = self._fitter.fitting(
-            data.model, lambda previews: self._branch_request(data, previews)
+            data.model, lambda previews: self._branch_request(data, previews, pinned)
         )
         response, _ = await fitting.complete(self._router)
         step = NewMessage(
@@ -119,8 +132,14 @@ class ModelActivities:
             open_threads(self._store, [data.open])
         return self._store.get(ids.thread_step_id(data.thread_id, data.step))
 
+    async def _pinned(self, task_id: str, subtask_type: str) -> PinnedTools | None:
+        """The task's MCP tool list, when a server serves this type (listed on first use)."""
+        if not task_id or not self._mcp.serve(subtask_type):
+            return None
+        return await self._mcp.pinned(task_id)
+
     def _branch_request(
-        self, data: BranchStepInput, previews: int
+        self, data: BranchStepInput, previews: int, pinned: PinnedTools | None = None
     ) -> tuple[ModelRequest, int, SessionView]:
         """The step's request from the thread as stored: its opening (always word for word),
         the latest compaction summary of the thread, and the steps after it, with bulky tool
@@ -155,11 +174,16 @@ class ModelActivities:
         subtask_type = self._types[data.subtask_type]
         if data.last_step:
             messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
+        # Its own tools, then the MCP servers' (pinned for the task), then read_message.
         tools = [t.spec for t in subtask_type.tools]
+        system = subtask_type.instructions
+        if pinned is not None:
+            tools += [t.spec() for t in pinned.offered(data.subtask_type)]
+            system += prompts.tools_unavailable(pinned.unavailable(data.subtask_type))
         if shortened or any(r.meta.get("tool_name") == reading.READ_MESSAGE for r in rows):
             tools.append(reading.read_message_spec())
         request = ModelRequest(
-            system=subtask_type.instructions,
+            system=system,
             messages=messages,
             tools=[] if data.last_step else tools,
             tool_choice="auto",
@@ -192,36 +216,126 @@ class ModelActivities:
                 non_retryable=True,
             )
         call = ToolCall(**step.meta["tool_calls"][data.call_index])
-        text, is_error = await self._run_tool(data.subtask_type, call, data.thread_id)
-        await asyncio.to_thread(
-            self._store.append_once,
-            NewMessage(
+
+        def result(text: str, is_error: bool) -> NewMessage:
+            return NewMessage(
                 id=result_id,
                 session_id=data.thread_id,
                 role="tool",
                 kind="tool_result",
                 text=text,
                 meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
-            ),
-        )
+            )
+
+        try:
+            text, is_error = await self._run_tool(data, call, result_id)
+        except asyncio.CancelledError:
+            # The branch was cancelled with this call open: the thread still gets its result,
+            # so no stored thread holds a call without one.
+            cancelled = result(prompts.tool_cancelled(call.name), True)
+            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            raise
+        await asyncio.to_thread(self._store.append_once, result(text, is_error))
         return RunToolOutput(ok=not is_error, chars=len(text))
 
-    async def _run_tool(
-        self, subtask_type: str, call: ToolCall, thread_id: str
-    ) -> tuple[str, bool]:
-        tools = {t.spec.name: t for t in self._types[subtask_type].tools}
+    async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> tuple[str, bool]:
+        """The text the model reads for ``call``, and whether it is an error. Raises (for
+        Temporal to retry) only when an MCP server cannot be reached on an attempt before the
+        last."""
+        tools = {t.spec.name: t for t in self._types[data.subtask_type].tools}
         if call.name == reading.READ_MESSAGE and call.name not in tools:
-            return await asyncio.to_thread(read_stored, self._store, thread_id, call.arguments)
-        tool = tools.get(call.name)
+            return await asyncio.to_thread(read_stored, self._store, data.thread_id, call.arguments)
+        pinned = await self._pinned(data.task_id, data.subtask_type)
+        offered = {t.name: t for t in pinned.offered(data.subtask_type)} if pinned else {}
+        if call.name not in tools and call.name not in offered:
+            available = sorted([*tools, *offered])
+            return f"There is no tool named {call.name!r}; available: {available}.", True
+        arguments = arguments_of(call.arguments)
+        if isinstance(arguments, str):
+            return f"{call.name}: {arguments}; call {call.name} again.", True
+        if call.name in tools:
+            return await self._run_python(tools[call.name], call.name, arguments, data)
+        return await self._call_mcp(
+            offered[call.name], arguments, key, data.timeout_seconds, data.max_attempts
+        )
+
+    async def _call_mcp(
+        self,
+        tool: OfferedTool,
+        arguments: dict[str, object],
+        key: str,
+        timeout: float,
+        max_attempts: int,
+    ) -> tuple[str, bool]:
+        """An MCP call's text and whether it is an error. A server that cannot be reached is
+        raised for Temporal to retry, except on the last attempt, which tells the model."""
+        try:
+            outcome = await self._mcp.call(tool, arguments, key=key, timeout=timeout)
+        except TimeoutError as error:
+            return prompts.tool_timed_out(tool.name, str(error)), True
+        except ConnectionError as error:
+            attempt = activity.info().attempt
+            if attempt < max_attempts:
+                raise ApplicationError(str(error), type="tool_unreachable") from None
+            return prompts.tool_unreachable(tool.name, attempt, str(error)), True
+        return outcome.text, outcome.is_error
+
+    @activity.defn(name="run_round_tool")
+    async def run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
+        """One MCP call of the main agent. Its result is stored in the task's results session
+        under ``data.result_id`` and reaches the next step by reference, never through history."""
+        return await heartbeating(self._run_round_tool(data))
+
+    async def _run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
+        existing = await asyncio.to_thread(self._store.get, data.result_id)
+        if existing is not None:
+            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+        call = data.call
+
+        def result(text: str, is_error: bool) -> NewMessage:
+            return NewMessage(
+                id=data.result_id,
+                session_id=ids.reads_session_id(data.task_id),
+                role="tool",
+                kind="tool_result",
+                text=text,
+                task_id=data.task_id,
+                meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
+            )
+
+        try:
+            text, is_error = await self._round_tool(data)
+        except asyncio.CancelledError:
+            cancelled = result(prompts.tool_cancelled(call.name), True)
+            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            raise
+        await asyncio.to_thread(self._store.append_once, result(text, is_error))
+        return RunToolOutput(ok=not is_error, chars=len(text))
+
+    async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:
+        pinned = await self._pinned(data.task_id, MAIN)
+        offered = {t.name: t for t in pinned.offered(MAIN)} if pinned else {}
+        tool = offered.get(data.call.name)
         if tool is None:
-            return f"There is no tool named {call.name!r}; available: {sorted(tools)}.", True
+            return f"There is no tool named {data.call.name!r}; available: {sorted(offered)}.", True
+        arguments = arguments_of(data.call.arguments)
+        if isinstance(arguments, str):
+            return f"{tool.name}: {arguments}; call {tool.name} again.", True
+        return await self._call_mcp(
+            tool, arguments, data.result_id, data.timeout_seconds, data.max_attempts
+        )
+
+    @staticmethod
+    async def _run_python(
+        tool: WorkTool, name: str, arguments: dict[str, object], data: RunToolInput
+    ) -> tuple[str, bool]:
+        """A Python tool's text; its exception, or its running out of time, as an error."""
+        scope = asyncio.timeout(data.timeout_seconds)
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError as error:
-            return f"The arguments are not valid JSON ({error.msg}); call {call.name} again.", True
-        if not isinstance(arguments, dict):
-            return "The arguments must be a JSON object.", True
-        try:
-            return await tool(arguments), False
+            async with scope:
+                return await tool(arguments), False
         except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
-            return f"{call.name} failed: {type(error).__name__}: {error}", True
+            if scope.expired():
+                limit = f"it did not finish within {data.timeout_seconds:g} s"
+                return prompts.tool_timed_out(name, limit), True
+            return f"{name} failed: {type(error).__name__}: {error}", True

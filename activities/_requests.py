@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from activities._context import SessionView, session_view
-from errands import prompts
+from activities._tools import MAIN, PinnedTools
+from errands import ids, prompts
 from errands.activity_io import RoundStepInput
 from errands.advisor import advisor_spec
 from errands.asking import ask_user_spec
@@ -34,6 +35,7 @@ def round_request(
     view = session_view(store, data.session_id, data.upto_seq, data.view)
     rendered = render_session(view.rows, data.task_id, view.summary, previews=previews)
     installed = list(types.values())
+    pinned = pinned_tools(store, data.task_id)
     delegable = data.final_reason is None and bool(installed)
     # Control tools first (the order is part of the prompt), then work tools.
     tools = [final_reply_spec()]
@@ -43,12 +45,15 @@ def round_request(
         tools.append(ask_user_spec())
         if data.advisor:
             tools.append(advisor_spec())
+        if pinned is not None:
+            tools += [t.spec() for t in pinned.offered(MAIN)]
         if rendered.previewed or any(m.tool_name == READ_MESSAGE for m in data.extra):
             tools.append(read_message_spec())
     request = ModelRequest(
         system=prompts.round_instructions(
             installed, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
-        ),
+        )
+        + (prompts.tools_unavailable(pinned.unavailable(MAIN)) if pinned is not None else ""),
         messages=rendered.messages + stored_texts(store, data.extra),
         tools=tools,
         tool_choice="required",
@@ -59,6 +64,13 @@ def round_request(
     )
     shown = replace(view, shown_bytes=messages_bytes(rendered.messages))
     return request, len(rendered.catalog), shown
+
+
+def pinned_tools(store: SessionStore, task_id: str) -> PinnedTools | None:
+    """The MCP tools the task pinned (None before they were listed, or with no server for the
+    main agent: ``ModelActivities.round_step`` lists them first). Blocking."""
+    row = store.get(ids.task_tools_id(task_id))
+    return PinnedTools.model_validate_json(row.text) if row is not None else None
 
 
 def stored_texts(store: SessionStore, messages: list[Message]) -> list[Message]:

@@ -9,8 +9,9 @@ From Python::
     print(result.reply)
 
 ``errands.Client`` talks to tasks; ``errands.ErrandsPlugin`` puts errands' workflows and
-activities on your own Temporal worker, with your subtask types (``errands.SubtaskType``) and
-work tools (``errands.tool``). Every exception is in ``errands.errors``.
+activities on your own Temporal worker, with your subtask types (``errands.SubtaskType``), work
+tools (``errands.tool``) and MCP servers (``errands.McpServerConfig``). Every exception is in
+``errands.errors``.
 
 Names load on first use: workflow code imports ``errands`` submodules, and importing this
 package must not drag the Temporal client, the provider SDKs or the store along.
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
         Unauthorized,
         Unavailable,
     )
+    from errands.mcp import McpServerConfig
     from errands.plugin import ErrandsPlugin
     from errands.progress import ProgressEvent
     from errands.settings import Settings, load_settings
@@ -83,6 +85,7 @@ _HOMES: dict[str, str] = {
     "TaskHandle": "errands.client",
     "TaskInfo": "errands.client",
     "ErrandsPlugin": "errands.plugin",
+    "McpServerConfig": "errands.mcp",
     "SubtaskType": "errands.subtask_types",
     "WorkTool": "errands.subtask_types",
     "tool": "errands.tools",
@@ -110,6 +113,7 @@ __all__ = [
     "Failed",
     "FailureKind",
     "InvalidRequest",
+    "McpServerConfig",
     "ModelMistake",
     "NoWorker",
     "ProgressEvent",

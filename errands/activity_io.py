@@ -7,13 +7,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from errands.advisor import AdvisorResult
-from errands.contracts import Message, ModelResponse, ModelUsage, Usage
+from errands.contracts import Message, ModelResponse, ModelUsage, ToolCall, Usage
 from errands.control import SubtaskDraft
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.subtask_types import SubtaskTypeInfo
 
 HEARTBEAT_TIMEOUT_SECONDS = 30.0
 """A model or tool activity that has not heartbeaten for this long has failed (its worker died)."""
+TOOL_TIMEOUT_SECONDS = 120.0
+"""How long one work-tool call may run before it is stopped and reported to the model."""
+TOOL_MAX_ATTEMPTS = 3
+"""Attempts of one work-tool call whose server cannot be reached (or whose worker died)."""
 
 
 class PrepareRoundInput(BaseModel):
@@ -100,6 +104,9 @@ class RoundStepOutput(BaseModel):
     """The summary calls this attempt made to fit the request (the ledger's ``compaction``)."""
     view: RoundView | None = None
     """What the request rendered, to pin on the round."""
+    work_tools: list[str] = Field(default_factory=list)
+    """The MCP tools the step offered (``mcp__server__tool``): a call to one is run by
+    ``run_round_tool``."""
 
 
 class AppendAckInput(BaseModel):
@@ -174,6 +181,8 @@ class OpenBranchInput(BaseModel):
 class BranchStepInput(BaseModel):
     thread_id: str
     step: int
+    task_id: str = ""
+    """The branch's task, whose pinned MCP tool list the step offers (none when empty)."""
     model: str
     subtask_type: str
     last_step: bool
@@ -201,6 +210,21 @@ class RunToolInput(BaseModel):
     step: int
     call_index: int
     subtask_type: str
+    task_id: str = ""
+    timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    """How long the tool itself may run; the activity's start-to-close is a little longer."""
+    max_attempts: int = TOOL_MAX_ATTEMPTS
+    """The activity's attempts: the last one turns an unreachable server into an error result."""
+
+
+class RunRoundToolInput(BaseModel):
+    """One MCP call of the main agent; its result is stored under ``result_id``."""
+
+    task_id: str
+    result_id: str
+    call: ToolCall
+    timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    max_attempts: int = TOOL_MAX_ATTEMPTS
 
 
 class RunToolOutput(BaseModel):

@@ -169,10 +169,12 @@ class UsageLedger(BaseModel):
         return out
 
 
-MessageKind = Literal["user", "ack", "reply", "branch", "summary", "note", "step", "tool_result"]
+MessageKind = Literal[
+    "user", "ack", "reply", "branch", "summary", "note", "step", "tool_result", "tools"
+]
 """What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one
 subtask's outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a
-compaction summary."""
+compaction summary; ``tools``: the MCP tool list a task pinned (in a session of its own)."""
 
 
 class NewMessage(BaseModel):

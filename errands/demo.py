@@ -3,7 +3,8 @@ path, the round loop, branches and the reply all run with no API key.
 
 Rules: a round that may delegate and has not yet done so splits the latest user message into
 three subtasks citing it; a branch answers its instructions in a short paragraph; a round that
-has branch results replies with them.
+has branch results replies with them. Offered the almanac's ``lookup`` tool (``make demo`` serves
+``errands.demo_tools``), the ``facts`` branch first looks its subject up and quotes the answer.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ _ASPECTS = (
 )
 
 
+ALMANAC_LOOKUP = "mcp__almanac__lookup"
+"""The demo MCP server's tool, as the model sees it (``errands.demo_tools``)."""
+
+
 def demo_responder(request: RecordedRequest) -> Reply:
     body = request.body
     tools = [t["function"]["name"] for t in body.get("tools", [])]
     messages: list[dict[str, Any]] = body.get("messages", [])
     if not tools or "final_reply" not in tools:
-        return _branch_answer(messages)
+        return _branch_answer(messages, tools)
     results = _delegate_results(messages)
     if results is None and "delegate" in tools:
         ref = _latest_ref(messages)
@@ -59,7 +64,7 @@ def demo_responder(request: RecordedRequest) -> Reply:
     return Reply(calls=[Call("final_reply", {"text": "\n".join(lines)})])
 
 
-def _branch_answer(messages: list[dict[str, Any]]) -> Reply:
+def _branch_answer(messages: list[dict[str, Any]], tools: list[str]) -> Reply:
     instructions = _latest_user_text(messages)
     first_line = instructions.splitlines()[0] if instructions else ""
     quoted = (
@@ -67,6 +72,12 @@ def _branch_answer(messages: list[dict[str, Any]]) -> Reply:
     )
     subject = quoted[:120] or "the request"
     aspect = next((key for key, prompt in _ASPECTS if prompt == first_line), "notes")
+    looked_up = [m for m in messages if m.get("role") == "tool"]
+    if aspect == "facts" and ALMANAC_LOOKUP in tools and not looked_up:
+        return Reply(calls=[Call(ALMANAC_LOOKUP, {"topic": subject})])
+    if looked_up:
+        found = str(looked_up[-1].get("content") or "").strip()
+        return Reply(text=f"[{aspect}] The almanac ({ALMANAC_LOOKUP}) says: {found}")
     return Reply(
         text=f"[{aspect}] Considered {subject!r}: this is the demo model's {aspect} for it."
     )

@@ -63,11 +63,21 @@ def reads_session_id(task_id: str) -> str:
     return f"task:{task_id}:reads"
 
 
+def task_tools_id(task_id: str) -> str:
+    """The MCP tool list a task pinned when it first needed it (a session of its own, too)."""
+    return f"task:{task_id}:tools"
+
+
 def read_result_id(task_id: str, round_: int, slot: str, step: int, arguments: str) -> str:
     """The page a round's ``read_message`` call at the task's ``step`` asked for; the digest
     of its arguments keeps a different call at the same step (after a reset) apart."""
     digest = hashlib.sha256(arguments.encode()).hexdigest()[:12]
     return f"task:{task_id}:round:{round_}:{slot}:read:{step}:{digest}"
+
+
+def round_tool_result_id(task_id: str, round_: int, slot: str, step: int, index: int) -> str:
+    """The result of the ``index``-th MCP call the main agent made at the task's ``step``."""
+    return f"task:{task_id}:round:{round_}:{slot}:tool:{step}:{index}"
 
 
 def provider_safe(raw: str) -> str:

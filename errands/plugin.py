@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import compileall
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,9 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
 
 import workflows
-from activities import ConsultActivities, ModelActivities, SessionActivities
+from activities import ConsultActivities, McpTools, ModelActivities, SessionActivities
 from errands.errors import ConfigError
+from errands.mcp import McpServerConfig, valid_server_name
 from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
 from errands.store import SessionStore, open_store
@@ -51,9 +52,11 @@ class ErrandsPlugin(SimplePlugin):
     """errands on a Temporal client, worker or replayer.
 
     ``subtask_types`` are added after the built-in ``general``, the ``errands.subtask_types``
-    entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one). A ``store``
-    or ``router`` passed in is used by every worker and never closed here; otherwise each worker
-    gets its own, opened from ``settings`` and closed when the worker stops.
+    entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one).
+    ``mcp_servers`` are added to ``ERRANDS_MCP_SERVERS`` the same way (a server of the same name
+    replaces the setting's). A ``store`` or ``router`` passed in is used by every worker and never
+    closed here; otherwise each worker gets its own, opened from ``settings`` and closed when the
+    worker stops.
     """
 
     def __init__(
@@ -61,11 +64,20 @@ class ErrandsPlugin(SimplePlugin):
         settings: Settings | None = None,
         *,
         subtask_types: Sequence[SubtaskType] = (),
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
         store: SessionStore | None = None,
         router: ModelRouter | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         self._own_types = unique_types(subtask_types)
+        self.mcp_servers = {**self.settings.mcp(), **(mcp_servers or {})}
+        """Every MCP server this plugin's workers may call, by name."""
+        for name in self.mcp_servers:
+            if not valid_server_name(name):
+                raise ConfigError(
+                    f"MCP server name {name!r} cannot name tools: use 1 to 32 letters, digits, "
+                    "'-' or '_', with no '__' inside and no '_' at the end"
+                )
         self._store = store
         self._router = router
         self._types: dict[str, SubtaskType] | None = None
@@ -108,7 +120,9 @@ class ErrandsPlugin(SimplePlugin):
     def _add_activities(self, existing: Sequence[Callable[..., Any]] | None) -> list[Any]:
         types = self.subtask_types()  # a bad type fails here, before a database is opened
         resources = _WorkerResources.open(self.settings, self._store, self._router)
-        resources.activities = build_activities(resources.store, resources.router, types)
+        resources.activities = build_activities(
+            resources.store, resources.router, types, self.mcp_servers
+        )
         self._unclaimed.append(resources)
         return [*(existing or []), *resources.activities]
 
@@ -151,11 +165,15 @@ class _WorkerResources:
 
 
 def build_activities(
-    store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+    store: SessionStore,
+    router: ModelRouter,
+    types: dict[str, SubtaskType],
+    mcp_servers: Mapping[str, McpServerConfig] | None = None,
 ) -> list[Callable[..., Any]]:
-    """Every errands activity, bound to one store, one router and the installed types."""
+    """Every errands activity, bound to one store, one router, the installed types and the MCP
+    servers the agents may call."""
     session = SessionActivities(store, types)
-    models = ModelActivities(store, router, types)
+    models = ModelActivities(store, router, types, McpTools(store, mcp_servers or {}))
     consult = ConsultActivities(store, router, types)
     return [
         session.open_task,
@@ -171,6 +189,7 @@ def build_activities(
         models.open_branch,
         models.branch_step,
         models.run_branch_tool,
+        models.run_round_tool,
         consult.consult_advisor,
         consult.answer_side_question,
     ]

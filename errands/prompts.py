@@ -107,6 +107,40 @@ BRANCH_LAST_STEP = (
 )
 
 
+def tools_unavailable(servers: dict[str, str]) -> str:
+    """Appended to the system text when tool servers could not be listed ("" when all could)."""
+    if not servers:
+        return ""
+    lines = "\n".join(f"- {name}: {reason}" for name, reason in servers.items())
+    return (
+        "\n\nThese tool servers could not be reached when this task started, so their tools "
+        "are not available to you; do without them, and say so if the answer needed them:\n"
+        f"{lines}"
+    )
+
+
+def tool_timed_out(name: str, detail: str) -> str:
+    return (
+        f"{name} was stopped: {detail}. It may or may not have done its work before it was "
+        "stopped; check before calling it again, or go on without it."
+    )
+
+
+def tool_unreachable(name: str, attempts: int, detail: str) -> str:
+    return (
+        f"{name} could not be called after {attempts} attempts: {detail}. Go on without it, "
+        "or try it again later."
+    )
+
+
+def tool_failed(name: str, detail: str) -> str:
+    return f"{name} could not be run ({detail}). Go on without it, or try it again later."
+
+
+def tool_cancelled(name: str) -> str:
+    return f"{name} was cancelled: the work was stopped before the tool returned."
+
+
 SUMMARY_INSTRUCTIONS = (
     "You keep the memory of a long conversation between a user and errands, an agent that "
     "works for them. The conversation no longer fits the model's context window, so the part "

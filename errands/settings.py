@@ -34,6 +34,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errands.errors import ConfigError
+from errands.mcp import McpServerConfig, parse_mcp_servers
 from errands.models import model_catalog
 from errands.pricing import price_table
 from errands.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
@@ -191,6 +192,11 @@ class Settings(BaseSettings):
     """Extra subtask types: comma-separated ``package.module:attribute`` paths.
 
     The worker imports them when it starts; each attribute is a SubtaskType or a list of them."""
+    mcp_servers: str | None = Field(default=None, alias="ERRANDS_MCP_SERVERS")
+    """MCP servers whose tools the agents may call, as JSON by server name (errands.mcp).
+
+    {"name": {"command": [...], "env": {...}} or {"url": "…", "headers": {...}}}, with optional
+    "tools", "for", "approval" and "timeout_seconds"; read by the worker only."""
 
     # -- a task's constants (SPEC §1), carried in its input: see round_settings() -----------
 
@@ -218,6 +224,10 @@ class Settings(BaseSettings):
     """Heartbeat timeout of model and tool activities (e.g. ``30s``).
 
     A killed worker's call is retried elsewhere this soon, not after ERRANDS_MODEL_TIMEOUT."""
+    tool_timeout_seconds: Seconds = Field(default=120.0, alias="ERRANDS_TOOL_TIMEOUT")
+    """How long one work-tool call may run before it is stopped and reported (e.g. ``2m``)."""
+    tool_max_attempts: int = Field(default=3, ge=1, le=100, alias="ERRANDS_TOOL_MAX_ATTEMPTS")
+    """Attempts of one work-tool call whose server cannot be reached or whose worker died."""
     model_task_queue: str | None = Field(default=None, alias="ERRANDS_MODEL_TASK_QUEUE")
     """Task queue of the model activities; ``{provider}`` in it becomes the model's provider.
 
@@ -340,6 +350,15 @@ class Settings(BaseSettings):
             raise ValueError(f"it {str(error).removeprefix('ERRANDS_PRICES ')}") from None
         return value
 
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers(cls, value: str | None) -> str | None:
+        try:
+            parse_mcp_servers(value)
+        except ValueError as error:
+            raise ValueError(f"it {str(error).removeprefix('ERRANDS_MCP_SERVERS ')}") from None
+        return value
+
     @field_validator("provider_limits")
     @classmethod
     def _provider_limits(cls, value: str | None) -> str | None:
@@ -407,6 +426,8 @@ class Settings(BaseSettings):
             model_timeout_seconds=self.model_timeout_seconds,
             model_max_attempts=self.model_max_attempts,
             heartbeat_timeout_seconds=self.heartbeat_timeout_seconds,
+            tool_timeout_seconds=self.tool_timeout_seconds,
+            tool_max_attempts=self.tool_max_attempts,
             model_task_queue=self.model_task_queue,
             round_retry_limit=self.round_retry_limit,
             round_retry_seconds=self.round_retry_seconds,
@@ -415,6 +436,10 @@ class Settings(BaseSettings):
             side_question_timeout_seconds=self.side_question_timeout_seconds,
             max_history_events=self.max_history_events,
         )
+
+    def mcp(self) -> dict[str, McpServerConfig]:
+        """``ERRANDS_MCP_SERVERS`` by server name."""
+        return parse_mcp_servers(self.mcp_servers)
 
     def limits(self) -> dict[str, ProviderLimit]:
         """``ERRANDS_PROVIDER_LIMITS`` by provider or ``provider:model``."""
@@ -542,6 +567,10 @@ def _shown_value(name: str, value: Any) -> Any:
         value = value.get_secret_value()
     if name in _SECRETS and value is not None:
         return f"****{value[-4:]}" if len(str(value)) >= 16 else "set"
+    if name == "mcp_servers" and value is not None:
+        # Headers and env may hold secrets: only each server's transport is shown.
+        servers = parse_mcp_servers(value)
+        return {n: "command" if c.command else "url" for n, c in servers.items()}
     if name in _URLS and isinstance(value, str):
         return _without_password(value)
     if isinstance(value, Path):

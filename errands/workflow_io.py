@@ -11,7 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from errands.activity_io import HEARTBEAT_TIMEOUT_SECONDS, RoundStepInput, RoundView
+from errands.activity_io import (
+    HEARTBEAT_TIMEOUT_SECONDS,
+    TOOL_MAX_ATTEMPTS,
+    TOOL_TIMEOUT_SECONDS,
+    RoundStepInput,
+    RoundView,
+)
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
 from errands.errors import FailureKind, TaskFailed
@@ -54,6 +60,10 @@ class RoundSettings(BaseModel):
     heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
     """Heartbeat timeout of model and tool activities: a dead worker's attempt fails this soon,
     and a cancellation reaches a running call through its heartbeats."""
+    tool_timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    """How long one work-tool call may run before it is stopped and reported to the model."""
+    tool_max_attempts: int = TOOL_MAX_ATTEMPTS
+    """Attempts of one work-tool call whose server cannot be reached or whose worker died."""
     model_task_queue: str | None = None
     """Task queue of the model activities (``{provider}`` → the model's provider); None: the
     workflow's own. Lets a queue's rate limit hold across workers (docs/operations.md)."""
@@ -230,6 +240,8 @@ class SubtaskInput(BaseModel):
     model_timeout_seconds: float = 300
     model_max_attempts: int = 6
     heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
+    tool_timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    tool_max_attempts: int = TOOL_MAX_ATTEMPTS
     model_task_queue: str | None = None
     """As ``RoundSettings.model_task_queue``: where this branch's model steps are scheduled."""
     max_output_tokens: int = 4096

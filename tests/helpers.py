@@ -35,6 +35,7 @@ async def start_task(
     session_id, task_id = new_ids()
     if session:
         session_id, task_id = session, f"task-{session}-{uuid.uuid4().hex[:6]}"
+    task_id = extra.pop("task_id", task_id)
     return await client.start_workflow(
         "TaskWorkflow",
         TaskInput(

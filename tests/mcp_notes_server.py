@@ -6,9 +6,13 @@ request that lacks ``Authorization: Bearer T`` with a 401.
 
 Tools:
 
-- ``write(name, text)`` stores ``PATH/<name>.txt`` and appends ``{"name", "idempotency_key"}`` to
-  ``PATH/writes.jsonl``; the key is the ``errands/idempotency_key`` entry of the request's
-  ``_meta`` (null when absent), so a test can see exactly what the client sent.
+- ``write(name, text, delay=0)`` waits ``delay`` seconds, then stores ``PATH/<name>.txt`` and
+  appends ``{"name", "idempotency_key"}`` to ``PATH/writes.jsonl``; the key is the
+  ``errands/idempotency_key`` entry of the request's ``_meta`` (null when absent), so a test can
+  see exactly what the client sent. A call whose key was written before writes nothing again
+  and answers as the first did: the side effect happens once however often errands retries.
+  Every call, repeated or not, is appended to ``PATH/calls.jsonl``.
+- ``read(name)`` answers the note's text (a test's way to a big result).
 - ``search(query)`` names the notes whose text contains the query, one per line.
 - ``fail()`` always answers with a tool error result (``isError``).
 - ``sleep(seconds)`` sleeps, for timeout tests.
@@ -37,7 +41,7 @@ from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 IDEMPOTENCY_META_KEY = "errands/idempotency_key"
 """The ``_meta`` key errands puts the idempotency key under (``errands.mcp``)."""
 
-TOOLS = ("write", "search", "fail", "sleep")
+TOOLS = ("write", "read", "search", "fail", "sleep")
 PAGE_SIZE = 2
 """Tools per ``tools/list`` page; the cursor is the offset of the next page."""
 
@@ -78,6 +82,16 @@ class PaginatedToolList:
         return page
 
 
+def append(log: Path, record: dict[str, Any]) -> None:
+    with log.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def logged(log: Path) -> list[dict[str, Any]]:
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines]
+
+
 def build_server(notes: Path) -> MCPServer:
     """The notes server over the directory ``notes``."""
     server = MCPServer(
@@ -87,15 +101,24 @@ def build_server(notes: Path) -> MCPServer:
     )
 
     @server.tool(description="Write a note called `name` with the given text.")
-    def write(name: str, text: str, ctx: Context) -> str:
+    async def write(name: str, text: str, ctx: Context, delay: float = 0) -> str:
         if not name or "/" in name or "\\" in name or name.startswith("."):
             raise ValueError(f"a note name is a plain file name, not {name!r}")
         meta = ctx.request_context.meta or {}
-        (notes / f"{name}.txt").write_text(text, encoding="utf-8")
         record = {"name": name, "idempotency_key": meta.get(IDEMPOTENCY_META_KEY)}
-        with (notes / "writes.jsonl").open("a", encoding="utf-8") as log:
-            log.write(json.dumps(record) + "\n")
+        append(notes / "calls.jsonl", record)
+        await anyio.sleep(delay)
+        if record["idempotency_key"] is None or record not in logged(notes / "writes.jsonl"):
+            (notes / f"{name}.txt").write_text(text, encoding="utf-8")
+            append(notes / "writes.jsonl", record)
         return f"wrote note {name}"
+
+    @server.tool(description="The text of the note called `name`.")
+    def read(name: str) -> str:
+        path = notes / f"{name}.txt"
+        if "/" in name or not path.is_file():
+            raise ValueError(f"there is no note called {name!r}")
+        return path.read_text(encoding="utf-8")
 
     @server.tool(description="Names of the notes whose text contains `query`, one per line.")
     def search(query: str) -> str:

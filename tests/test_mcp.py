@@ -1,80 +1,37 @@
-"""errands.mcp against a real MCP server (tests/mcp_notes_server.py) in a separate process, over
-stdio and over Streamable HTTP; plus the ERRANDS_MCP_SERVERS parser and the tool names."""
+"""errands.mcp_client against a real MCP server (tests/mcp_notes_server.py) in a separate
+process, over stdio and over Streamable HTTP; plus errands.mcp: the ERRANDS_MCP_SERVERS parser and
+the tool names."""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from mcp import types
 
-from errands.devserver import free_port, port_open
+from errands.devserver import free_port
 from errands.mcp import (
     IDEMPOTENCY_META_KEY,
     McpServerConfig,
-    call_tool,
-    list_tools,
     parse_mcp_servers,
     split_tool_name,
     tool_name,
-    tool_outcome,
 )
+from errands.mcp_client import call_tool, list_tools, tool_outcome
+from tests.mcp_notes import ROOT, Notes, notes_command, start_listening, stop
 from tests.mcp_notes_server import IDEMPOTENCY_META_KEY as SERVER_META_KEY
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = "task-1:step-0:call-0"
 TOKEN = "t0ken-" + "x" * 20
 SECRET = "s3cret-header-value-9f8e7d"
 PROVIDER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-NOTES_TOOLS = ["write", "search", "fail", "sleep"]
-
-
-@dataclass
-class Notes:
-    """A notes server to test against: how to reach it and the directory it keeps notes in."""
-
-    config: McpServerConfig
-    dir: Path
-
-    def writes(self, name: str) -> list[dict[str, object]]:
-        """The records of writes.jsonl for the note ``name``."""
-        path = self.dir / "writes.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return [record for line in lines if (record := json.loads(line))["name"] == name]
-
-
-def notes_command(notes_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tests.mcp_notes_server", "--dir", str(notes_dir), *extra]
-
-
-def start_listening(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    """Start ``command`` and wait until it accepts connections on ``port``."""
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not port_open("127.0.0.1", port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            pytest.fail(f"{command} did not listen on {port}:\n{log.read_text()}")
-        time.sleep(0.1)
-    return process
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+NOTES_TOOLS = ["write", "read", "search", "fail", "sleep"]
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +65,14 @@ def notes(request: pytest.FixtureRequest) -> Notes:
 # -- list_tools ----------------------------------------------------------------------------------
 
 
-async def test_list_tools_returns_the_four_tools_across_pages(notes: Notes) -> None:
-    # The server pages tools/list two at a time: all four means nextCursor was followed.
+async def test_list_tools_returns_the_five_tools_across_pages(notes: Notes) -> None:
+    # The server pages tools/list two at a time: all five means nextCursor was followed.
     tools = await list_tools(notes.config, timeout=30)
 
     assert [tool.name for tool in tools] == NOTES_TOOLS
     write = tools[0]
     assert write.description == "Write a note called `name` with the given text."
-    assert set(write.input_schema["properties"]) == {"name", "text"}
+    assert set(write.input_schema["properties"]) == {"name", "text", "delay"}
     assert write.input_schema["required"] == ["name", "text"]
 
 

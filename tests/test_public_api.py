@@ -24,6 +24,7 @@ PUBLIC = [
     "Failed",
     "FailureKind",
     "InvalidRequest",
+    "McpServerConfig",
     "ModelMistake",
     "NoWorker",
     "ProgressEvent",

@@ -73,6 +73,8 @@ async def _branch(
                 model_timeout_seconds=settings.model_timeout_seconds,
                 model_max_attempts=settings.model_max_attempts,
                 heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
+                tool_timeout_seconds=settings.tool_timeout_seconds,
+                tool_max_attempts=settings.tool_max_attempts,
                 model_task_queue=settings.model_task_queue,
                 max_output_tokens=settings.max_output_tokens,
             ),

@@ -34,6 +34,18 @@ def model_retry(max_attempts: int) -> RetryPolicy:
     )
 
 
+def tool_retry(max_attempts: int) -> RetryPolicy:
+    """A work-tool call: retried while its server cannot be reached or its worker died; its
+    last attempt reports to the model instead of failing (activities/_model.py)."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=max_attempts,
+        non_retryable_error_types=["internal"],
+    )
+
+
 STORE_CALLS_LOCAL = "store-calls-as-local-activities"
 """Patch: session-store calls run as local activities, inside the workflow task that needs them,
 instead of a round trip through the server each. Runs started before it replay the old way."""

@@ -10,6 +10,7 @@ session.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -19,7 +20,13 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
     from errands import ids, prompts
-    from errands.activity_io import ReadMessageInput, RememberInput, RoundStepInput, SessionRef
+    from errands.activity_io import (
+        ReadMessageInput,
+        RememberInput,
+        RoundStepInput,
+        RunRoundToolInput,
+        SessionRef,
+    )
     from errands.advisor import ADVISOR_TOOL
     from errands.asking import (
         Answer,
@@ -51,8 +58,8 @@ with workflow.unsafe.imports_passed_through():
     from errands.reading import READ_MESSAGE
     from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
-    from workflows._failures import Failure, describe
-    from workflows._options import model_retry, store_call
+    from workflows._failures import Failure, describe, settled
+    from workflows._options import model_retry, store_call, tool_retry
     from workflows._repairs import (
         Narration,
         append_exchange,
@@ -269,7 +276,8 @@ class RoundDecider:
                 # Pinned: the round's side questions and advisor render what its model saw.
                 step = step.model_copy(update={"view": out.view})
                 state.last_round = step
-            work = {ADVISOR_TOOL, READ_MESSAGE} if follow_up else set()
+            mcp_tools = set(out.work_tools) if follow_up else set()
+            work = {ADVISOR_TOOL, READ_MESSAGE, *mcp_tools} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if (
                 isinstance(decision, ToolCall)
@@ -311,6 +319,9 @@ class RoundDecider:
                 )
                 append_exchange(slot, decision, READ_MESSAGE, "", stored=result_id)
                 slot.extra[-1].is_error = is_error
+                continue
+            if isinstance(decision, ToolCall) and decision.name in mcp_tools:
+                await self._run_tools(slot, [c for c in response.tool_calls if c.name in mcp_tools])
                 continue
             if isinstance(decision, ToolCall):
                 asked = await self._ask(slot, decision)
@@ -357,6 +368,49 @@ class RoundDecider:
             # A repeated final_reply is judged by its last call, everything else by its first.
             subject = chosen[-1] if name == FINAL_REPLY else chosen[0]
             return Rejection(call=subject, error=str(error))
+
+    # -- MCP tools --------------------------------------------------------------------------
+
+    async def _run_tools(self, slot: Slot, calls: list[ToolCall]) -> None:
+        """A step's MCP calls, all at once. Each result is stored and reaches the next step by
+        reference; a call whose every attempt failed (its worker kept dying) is told to the
+        model as an error."""
+        data, settings = self._data, self._data.settings
+        result_ids = [
+            ids.round_tool_result_id(data.task_id, slot.round, slot.name, self._state.steps, i)
+            for i in range(len(calls))
+        ]
+        outcomes = await asyncio.gather(
+            *(
+                workflow.execute_activity_method(
+                    ModelActivities.run_round_tool,
+                    RunRoundToolInput(
+                        task_id=data.task_id,
+                        result_id=result_id,
+                        call=call,
+                        timeout_seconds=settings.tool_timeout_seconds,
+                        max_attempts=settings.tool_max_attempts,
+                    ),
+                    start_to_close_timeout=timedelta(seconds=settings.tool_timeout_seconds + 30),
+                    heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
+                    retry_policy=tool_retry(settings.tool_max_attempts),
+                    summary=f"round {slot.round} · {slot.name} · {call.name}",
+                )
+                for call, result_id in zip(calls, result_ids, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        for call, result_id, outcome in zip(calls, result_ids, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, ActivityError):
+                    raise outcome
+                failure = describe(outcome, settings.tool_max_attempts)  # a cancel raises
+                detail = f"{failure.attempts} attempts failed: {settled(failure.message)}"
+                append_exchange(slot, call, call.name, prompts.tool_failed(call.name, detail))
+                slot.extra[-1].is_error = True
+                continue
+            append_exchange(slot, call, call.name, "", stored=result_id)
+            slot.extra[-1].is_error = not outcome.ok
 
     # -- ask_user ---------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.control import SubtaskDraft
     from errands.workflow_io import SubtaskInput, SubtaskResult, model_queue
     from workflows._failures import describe, settled
-    from workflows._options import STORE_RETRY, model_retry, run_is_long, store_call
+    from workflows._options import model_retry, run_is_long, store_call, tool_retry
 
 ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
 """Patch: the thread is opened by the first step and the row written by the last, instead of
@@ -68,6 +68,7 @@ class SubtaskWorkflow:
                     BranchStepInput(
                         thread_id=thread_id,
                         step=step,
+                        task_id=data.task_id,
                         model=data.model,
                         subtask_type=data.subtask_type,
                         last_step=step == data.step_limit - 1,
@@ -115,10 +116,15 @@ class SubtaskWorkflow:
                             step=step,
                             call_index=i,
                             subtask_type=data.subtask_type,
+                            task_id=data.task_id,
+                            timeout_seconds=data.tool_timeout_seconds,
+                            max_attempts=data.tool_max_attempts,
                         ),
-                        start_to_close_timeout=timedelta(minutes=10),
+                        # The tool's own timeout fires first and is reported to the model; this
+                        # one stops an attempt whose worker hangs past it.
+                        start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
                         heartbeat_timeout=heartbeat,
-                        retry_policy=STORE_RETRY,
+                        retry_policy=tool_retry(data.tool_max_attempts),
                         summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
                     )
                     for i in range(out.tool_calls)

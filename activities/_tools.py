@@ -1,0 +1,177 @@
+"""MCP work tools on a worker: the task's pinned tool list, and one call of a listed tool.
+
+A task's MCP tools are listed once, by the first activity that needs them, and stored under the
+task's deterministic id (``ids.task_tools_id``) with ``append_once``: every later step, retry and
+replay of that task reads the same list, so a server that changes its tools mid-task changes
+nothing for it. A server that cannot be listed is pinned as unavailable, with the reason, and
+the model is told so; the task goes on without it.
+
+The list holds names, descriptions and schemas, never a server's command, URL, headers or env:
+those stay in the worker's configuration, which a call reads by server name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from errands import ids, mcp
+from errands.contracts import NewMessage, ToolSpec
+from errands.mcp import McpServerConfig, McpTool, ToolOutcome
+from errands.store import SessionStore
+
+MAIN = "main"
+"""The ``for`` key of the main agent; a subtask type's key names its branches."""
+EVERY_TYPE = "*"
+
+
+def serves(for_: list[str], key: str) -> bool:
+    """Whether a server whose ``for`` is ``for_`` gives its tools to ``key``."""
+    return key in for_ or (key != MAIN and EVERY_TYPE in for_)
+
+
+class PinnedServer(BaseModel):
+    """One server as the task found it: its tools, or why it could not be listed."""
+
+    tools: list[McpTool] = Field(default_factory=list)
+    for_: list[str] = Field(default_factory=list, alias="for")
+    error: str | None = None
+
+    model_config = {"validate_by_name": True, "serialize_by_alias": True}
+
+    def serves(self, key: str) -> bool:
+        return serves(self.for_, key)
+
+
+class PinnedTools(BaseModel):
+    """Every configured server's tools, as listed when the task first needed them."""
+
+    servers: dict[str, PinnedServer] = Field(default_factory=dict)
+
+    def offered(self, key: str) -> list[OfferedTool]:
+        """The tools the main agent (``key`` = ``"main"``) or a subtask type's branches see,
+        in the configuration's server order and each server's own tool order."""
+        return [
+            OfferedTool(server=name, tool=tool)
+            for name, server in self.servers.items()
+            if server.serves(key)
+            for tool in server.tools
+        ]
+
+    def unavailable(self, key: str) -> dict[str, str]:
+        """Why each server ``key`` would have had tools from could not be listed."""
+        return {
+            name: server.error
+            for name, server in self.servers.items()
+            if server.error is not None and server.serves(key)
+        }
+
+
+@dataclass(frozen=True)
+class OfferedTool:
+    server: str
+    tool: McpTool
+
+    @property
+    def name(self) -> str:
+        """The name the model calls it by: ``mcp__<server>__<tool>``."""
+        return mcp.tool_name(self.server, self.tool.name)
+
+    def spec(self) -> ToolSpec:
+        description = self.tool.description or f"The {self.tool.name} tool of {self.server}."
+        return ToolSpec(name=self.name, description=description, parameters=self.tool.input_schema)
+
+
+class McpTools:
+    """The MCP servers one worker may call, by name (``ERRANDS_MCP_SERVERS`` and the plugin's)."""
+
+    def __init__(self, store: SessionStore, servers: Mapping[str, McpServerConfig]) -> None:
+        self._store = store
+        self._servers = dict(servers)
+
+    def serve(self, key: str) -> bool:
+        """Whether any configured server offers tools to ``key``: if not, nothing is listed."""
+        return any(serves(config.for_, key) for config in self._servers.values())
+
+    async def pinned(self, task_id: str) -> PinnedTools:
+        """The task's tool list: as stored, or listed now (every server at once) and stored."""
+        row_id = ids.task_tools_id(task_id)
+        row = await asyncio.to_thread(self._store.get, row_id)
+        if row is None:
+            names = list(self._servers)
+            listed = await asyncio.gather(*(self._list(n, self._servers[n]) for n in names))
+            found = PinnedTools(servers=dict(zip(names, listed, strict=True)))
+            row = await asyncio.to_thread(
+                self._store.append_once,
+                NewMessage(
+                    id=row_id,
+                    session_id=row_id,
+                    role="system",
+                    kind="tools",
+                    text=found.model_dump_json(by_alias=True),
+                    task_id=task_id,
+                ),
+            )  # a concurrent first listing may have won: the stored list is the task's
+        return PinnedTools.model_validate_json(row.text)
+
+    async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
+        from errands import mcp_client  # the SDK costs a second to import: only when used
+
+        try:
+            tools = await mcp_client.list_tools(config, timeout=config.timeout_seconds, server=name)
+        except (ConnectionError, TimeoutError) as error:
+            return PinnedServer(for_=config.for_, error=str(error))
+        except Exception as error:  # noqa: BLE001 - a broken server must not fail the task
+            return PinnedServer(for_=config.for_, error=f"{type(error).__name__}: {error}")
+        return PinnedServer(tools=tools, for_=config.for_)
+
+    async def call(
+        self, offered: OfferedTool, arguments: dict[str, object], *, key: str, timeout: float
+    ) -> ToolOutcome:
+        """Call a pinned tool; ``key`` is the call's idempotency key. ``ConnectionError`` when
+        the server cannot be reached (the caller retries), ``TimeoutError`` when it did not
+        answer within ``timeout`` or the server's own ``timeout_seconds``."""
+        config = self._servers.get(offered.server)
+        if config is None:
+            return ToolOutcome(
+                text=(
+                    f"the MCP server {offered.server!r} is not configured on this worker any "
+                    "more (ERRANDS_MCP_SERVERS); its tools cannot be called"
+                ),
+                is_error=True,
+            )
+        if config.approval_of(offered.tool.name) != "never":
+            # Never run unasked: until errands can put the call to the user, it is refused.
+            return ToolOutcome(
+                text=(
+                    f"{offered.name} needs the user's approval (approval "
+                    f"{config.approval_of(offered.tool.name)!r} in ERRANDS_MCP_SERVERS), and this "
+                    "errands cannot ask for it yet: the tool was not run. Go on without it."
+                ),
+                is_error=True,
+            )
+        from errands import mcp_client
+
+        return await mcp_client.call_tool(
+            config,
+            offered.tool.name,
+            arguments,
+            idempotency_key=key,
+            timeout=min(timeout, config.timeout_seconds),
+            server=offered.server,
+        )
+
+
+def arguments_of(raw: str) -> dict[str, object] | str:
+    """A tool call's arguments as a JSON object, or what is wrong with them."""
+    try:
+        arguments = json.loads(raw or "{}")
+    except json.JSONDecodeError as error:
+        return f"the arguments are not valid JSON ({error.msg})"
+    if not isinstance(arguments, dict):
+        return "the arguments must be a JSON object"
+    return arguments
