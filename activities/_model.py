@@ -12,7 +12,14 @@ from activities._context import ContextFitter, SessionView, session_view
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
 from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
-from activities._tools import MAIN, McpTools, OfferedTool, PinnedTools, arguments_of
+from activities._tools import (
+    MAIN,
+    McpTools,
+    OfferedTool,
+    PinnedTools,
+    approvals_needed,
+    arguments_of,
+)
 from errands import context, ids, prompts, reading
 from errands.activity_io import (
     BranchStepInput,
@@ -25,6 +32,7 @@ from errands.activity_io import (
     RunToolInput,
     RunToolOutput,
 )
+from errands.approvals import ApprovalNeed
 from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 from errands.routing import ModelRouter
 from errands.store import SessionStore
@@ -50,22 +58,31 @@ class ModelActivities:
         return await heartbeating(self._round_step(data))
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
-        work_tools: list[str] = []
+        offered: list[OfferedTool] = []
         if data.work_tools and data.final_reason is None:
             # Listed (and pinned) before the request is built: round_request reads the pin.
             pinned = await self._pinned(data.task_id, MAIN)
-            work_tools = [t.name for t in pinned.offered(MAIN)] if pinned is not None else []
+            offered = pinned.offered(MAIN) if pinned is not None else []
         fitting = self._fitter.fitting(
             data.model, lambda previews: round_request(self._store, self._types, data, previews)
         )
         response, catalog_size = await fitting.complete(self._router)
+        approvals = await asyncio.to_thread(
+            approvals_needed,
+            self._store,
+            data.session_id,
+            offered,
+            response.tool_calls,
+            response.text,
+        )
         return RoundStepOutput(
             response=response,
             catalog_size=catalog_size,
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
             view=fitting.pinned(),
-            work_tools=work_tools,
+            work_tools=[t.name for t in offered],
+            approvals=approvals,
         )
 
     @activity.defn(name="open_branch")
@@ -82,6 +99,7 @@ class ModelActivities:
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         stored = await asyncio.to_thread(self._stored_step, data)
+        pinned = await self._pinned(data.task_id, data.subtask_type)
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
             calls = stored.meta.get("tool_calls", [])
@@ -95,8 +113,10 @@ class ModelActivities:
                 usage=stored.meta.get("usage", {}),
                 model=stored.meta.get("model", data.model),
                 replayed=True,
+                approvals=await self._approvals(
+                    data, pinned, [ToolCall(**c) for c in calls], stored.text
+                ),
             )
-        pinned = await self._pinned(data.task_id, data.subtask_type)
         fitting = self._fitter.fitting(
             data.model, lambda previews: self._branch_request(data, previews, pinned)
         )
@@ -123,6 +143,17 @@ class ModelActivities:
             model=data.model,
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
+            approvals=await self._approvals(data, pinned, response.tool_calls, response.text),
+        )
+
+    async def _approvals(
+        self, data: BranchStepInput, pinned: PinnedTools | None, calls: list[ToolCall], why: str
+    ) -> list[ApprovalNeed]:
+        if pinned is None or not calls:
+            return []
+        offered = pinned.offered(data.subtask_type)
+        return await asyncio.to_thread(
+            approvals_needed, self._store, data.session_id, offered, calls, why
         )
 
     def _stored_step(self, data: BranchStepInput) -> StoredMessage | None:
@@ -228,11 +259,14 @@ class ModelActivities:
             )
 
         try:
-            text, is_error = await self._run_tool(data, call, result_id)
+            if data.verdict is not None:
+                text, is_error = data.verdict, True  # not run: denied, unanswered or cancelled
+            else:
+                text, is_error = await self._run_tool(data, call, result_id)
         except asyncio.CancelledError:
             # The branch was cancelled with this call open: the thread still gets its result,
             # so no stored thread holds a call without one.
-            cancelled = result(prompts.tool_cancelled(call.name), True)
+            cancelled = result(prompts.TOOL_CANCELLED, True)
             await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
@@ -304,9 +338,12 @@ class ModelActivities:
             )
 
         try:
-            text, is_error = await self._round_tool(data)
+            if data.verdict is not None:
+                text, is_error = data.verdict, True
+            else:
+                text, is_error = await self._round_tool(data)
         except asyncio.CancelledError:
-            cancelled = result(prompts.tool_cancelled(call.name), True)
+            cancelled = result(prompts.TOOL_CANCELLED, True)
             await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))

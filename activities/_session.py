@@ -21,6 +21,7 @@ from errands.activity_io import (
     PrepareRoundInput,
     ReadMessageInput,
     RecordBranchInput,
+    RememberApprovalInput,
     RememberInput,
     RoundState,
     SessionRef,
@@ -186,6 +187,21 @@ class SessionActivities:
     async def remember_decision(self, data: RememberInput) -> None:
         await asyncio.to_thread(
             self._store.put_decision, data.session_id, data.decision_id, data.record
+        )
+
+    @activity.defn(name="remember_approval")
+    async def remember_approval(self, data: RememberApprovalInput) -> None:
+        """Store once that the session's user approved every call of a tool."""
+        await asyncio.to_thread(
+            self._store.append_once,
+            NewMessage(
+                id=ids.approved_always_id(data.session_id, data.tool),
+                session_id=ids.approvals_session_id(data.session_id),
+                role="user",
+                kind="note",
+                text=f"approved every call of {data.tool} in this session",
+                meta={"tool": data.tool},
+            ),
         )
 
     @activity.defn(name="deterministic_join")

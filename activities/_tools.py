@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, Field
 
 from errands import ids, mcp
-from errands.contracts import NewMessage, ToolSpec
-from errands.mcp import McpServerConfig, McpTool, ToolOutcome
+from errands.approvals import ApprovalNeed
+from errands.contracts import NewMessage, ToolCall, ToolSpec
+from errands.mcp import Approval, McpServerConfig, McpTool, ToolOutcome
 from errands.store import SessionStore
 
 MAIN = "main"
@@ -39,6 +40,8 @@ class PinnedServer(BaseModel):
 
     tools: list[McpTool] = Field(default_factory=list)
     for_: list[str] = Field(default_factory=list, alias="for")
+    approval: dict[str, Approval] = Field(default_factory=dict)
+    """The approval policy of each server-side tool that is not ``never``."""
     error: str | None = None
 
     model_config = {"validate_by_name": True, "serialize_by_alias": True}
@@ -56,7 +59,7 @@ class PinnedTools(BaseModel):
         """The tools the main agent (``key`` = ``"main"``) or a subtask type's branches see,
         in the configuration's server order and each server's own tool order."""
         return [
-            OfferedTool(server=name, tool=tool)
+            OfferedTool(server=name, tool=tool, policy=server.approval.get(tool.name, "never"))
             for name, server in self.servers.items()
             if server.serves(key)
             for tool in server.tools
@@ -75,6 +78,7 @@ class PinnedTools(BaseModel):
 class OfferedTool:
     server: str
     tool: McpTool
+    policy: Approval = "never"
 
     @property
     def name(self) -> str:
@@ -127,7 +131,8 @@ class McpTools:
             return PinnedServer(for_=config.for_, error=str(error))
         except Exception as error:  # noqa: BLE001 - a broken server must not fail the task
             return PinnedServer(for_=config.for_, error=f"{type(error).__name__}: {error}")
-        return PinnedServer(tools=tools, for_=config.for_)
+        asked = {name: policy for name, policy in config.approval.items() if policy != "never"}
+        return PinnedServer(tools=tools, for_=config.for_, approval=asked)
 
     async def call(
         self, offered: OfferedTool, arguments: dict[str, object], *, key: str, timeout: float
@@ -144,16 +149,6 @@ class McpTools:
                 ),
                 is_error=True,
             )
-        if config.approval_of(offered.tool.name) != "never":
-            # Never run unasked: until errands can put the call to the user, it is refused.
-            return ToolOutcome(
-                text=(
-                    f"{offered.name} needs the user's approval (approval "
-                    f"{config.approval_of(offered.tool.name)!r} in ERRANDS_MCP_SERVERS), and this "
-                    "errands cannot ask for it yet: the tool was not run. Go on without it."
-                ),
-                is_error=True,
-            )
         from errands import mcp_client
 
         return await mcp_client.call_tool(
@@ -164,6 +159,31 @@ class McpTools:
             timeout=min(timeout, config.timeout_seconds),
             server=offered.server,
         )
+
+
+def approvals_needed(
+    store: SessionStore,
+    session_id: str,
+    offered: list[OfferedTool],
+    calls: list[ToolCall],
+    why: str,
+) -> list[ApprovalNeed]:
+    """The calls of one step that must wait for the user: their tool's policy is ``always``,
+    or ``ask`` and the session has not approved that tool for good. Blocking."""
+    by_name = {t.name: t for t in offered}
+    needs = []
+    for index, call in enumerate(calls):
+        tool = by_name.get(call.name)
+        if tool is None or tool.policy == "never":
+            continue
+        if tool.policy == "ask" and store.get(ids.approved_always_id(session_id, tool.name)):
+            continue
+        needs.append(
+            ApprovalNeed(
+                index=index, tool=tool.name, policy=tool.policy, arguments=call.arguments, why=why
+            )
+        )
+    return needs
 
 
 def arguments_of(raw: str) -> dict[str, object] | str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import compileall
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +30,8 @@ from bench._floor import FloorChild, FloorPlan, FloorTask, floor_noop
 from bench._measure import history_of
 from bench._model import responder
 from errands.client import connect
-from errands.devserver import DevServer, free_port
+from errands.devserver import DevServer, free_port, port_open
+from errands.mcp import parse_mcp_servers
 from errands.routing import ModelRouter
 from errands.scripted import ScriptedModelServer
 from errands.settings import Settings
@@ -84,14 +86,46 @@ class Stack:
             await asyncio.to_thread(self.server.stop)
             self._tmp.cleanup()
 
-    def settings(self, task_queue: str | None = None) -> Settings:
-        return Settings(
+    def settings(
+        self, task_queue: str | None = None, mcp_servers: dict[str, Any] | None = None
+    ) -> Settings:
+        """Settings of a worker on a queue of its own; ``mcp_servers`` as
+        ``ERRANDS_MCP_SERVERS`` takes them (by server name)."""
+        settings = Settings(
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=task_queue or f"bench-{uuid.uuid4().hex[:8]}",
             ERRANDS_DATABASE_URL=self.database_url,
             OPENAI_API_KEY=SecretStr(FAKE_KEY),
             OPENAI_BASE_URL=self.model.openai_base_url,
         )
+        if mcp_servers is None:
+            return settings
+        value = json.dumps(mcp_servers)
+        parse_mcp_servers(value)  # as the setting's validator would: a typo fails here
+        return settings.model_copy(update={"mcp_servers": value})
+
+    async def serve_mcp_http(self, timeout: float = 60) -> str:
+        """The almanac MCP server over Streamable HTTP (``bench._mcp_http``), as a process of
+        its own until the stack closes; returns its URL."""
+        port = free_port()
+        log_path = self.dir / "mcp-http.log"
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bench._mcp_http", str(port)],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._children.append(child)
+        deadline = time.monotonic() + timeout
+        while not port_open("127.0.0.1", port):
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the MCP HTTP server did not listen on {port}:\n{log_path.read_text()}"
+                )
+            await asyncio.sleep(0.1)
+        return f"http://127.0.0.1:{port}/mcp"
 
     async def worker(self, settings: Settings, **options: Any) -> Worker:
         """An in-process errands worker, running until the benchmark's stack closes."""

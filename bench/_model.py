@@ -5,8 +5,9 @@ task without per-task scripting: ``bench-d{D}-b{B}[-ask][-slow]`` delegates ``D`
 ``B`` branches each, then replies; with ``-ask`` it asks the user one question once its
 delegations are done (at once with ``d0``) and waits for the answer before replying;
 with ``-slow`` every round after the first delegation takes ``SLOW_SECONDS`` to answer (a window
-for a side question while a round is in flight). A side question gets a short plain answer, a
-compaction's summary call a short summary.
+for a side question while a round is in flight); with ``-tool`` each branch calls the first MCP
+tool its request offers (``mcp__…``) once, then answers in text. A side question gets a short
+plain answer, a compaction's summary call a short summary.
 The rules read only the request, so a retried or replayed call gets the same answer.
 
 Model names beginning with ``peer-`` answer the OpenAI Agents peer of B3 (see ``bench._peer``).
@@ -34,15 +35,23 @@ QUESTION = {
 ANSWER_LABEL = "SQLite"
 SLOW_SECONDS = 1.5
 
-_SHAPE = re.compile(r"^bench-d(?P<rounds>\d+)-b(?P<branches>\d+)(?P<ask>-ask)?(?P<slow>-slow)?$")
+TOOL_ARGUMENT = "lisbon"
+"""What a ``-tool`` branch passes for each required string argument of the tool it calls."""
+
+_SHAPE = re.compile(
+    r"^bench-d(?P<rounds>\d+)-b(?P<branches>\d+)(?P<ask>-ask)?(?P<slow>-slow)?(?P<tool>-tool)?$"
+)
 
 
-def model_name(delegations: int, branches: int, *, ask: bool = False, slow: bool = False) -> str:
+def model_name(
+    delegations: int, branches: int, *, ask: bool = False, slow: bool = False, tool: bool = False
+) -> str:
     """The errands ``provider:model`` spec for a task of this shape."""
     return (
         f"openai:bench-d{delegations}-b{branches}"
         + ("-ask" if ask else "")
         + ("-slow" if slow else "")
+        + ("-tool" if tool else "")
     )
 
 
@@ -59,8 +68,13 @@ def responder(request: RecordedRequest) -> Reply | None:
         return Reply(text="So far: three findings, nothing blocking.")
     if messages and messages[0].get("content") == SUMMARY_INSTRUCTIONS:
         return Reply(text="Summary: the user planned a deployment; budget and timeline agreed.")
-    tools = [t["function"]["name"] for t in body.get("tools", [])]
+    offered: list[dict[str, Any]] = [t["function"] for t in body.get("tools", [])]
+    tools = [t["name"] for t in offered]
     if "final_reply" not in tools:
+        if shape["tool"] and not any(m.get("role") == "tool" for m in messages):
+            call = _mcp_call(offered)
+            if call is not None:
+                return Reply(calls=[call])
         return _branch(messages)
     called = _called_tools(messages)
     delegations = called.count("delegate")
@@ -92,6 +106,21 @@ def _is_side(messages: list[dict[str, Any]]) -> bool:
 def _branch(messages: list[dict[str, Any]]) -> Reply:
     first = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
     return Reply(text=f"Finding for {first.splitlines()[0][:60] if first else 'the part'}: fine.")
+
+
+def _mcp_call(offered: list[dict[str, Any]]) -> Call | None:
+    """A call of the first MCP tool offered, every required string argument ``TOOL_ARGUMENT``."""
+    tool = next((t for t in offered if str(t["name"]).startswith("mcp__")), None)
+    if tool is None:
+        return None  # no server served the branch: it answers in text, and B1 says so
+    schema = tool.get("parameters") or {}
+    properties = schema.get("properties") or {}
+    arguments = {
+        name: TOOL_ARGUMENT
+        for name in schema.get("required") or []
+        if (properties.get(name) or {}).get("type") == "string"
+    }
+    return Call(tool["name"], arguments)
 
 
 def _called_tools(messages: list[dict[str, Any]]) -> list[str]:

@@ -1,6 +1,6 @@
 """B1: an errands task (2 rounds, 3 branches) against the Temporal floor, one task at a time.
 
-Three kinds of task run interleaved on the same server in the same run, each measured from the
+Six kinds of task run interleaved on the same server in the same run, each measured from the
 ``start_workflow`` call to its result:
 
 - errands: round 0 delegates 3 branches, round 1 replies (zero-latency scripted model);
@@ -8,18 +8,27 @@ Three kinds of task run interleaved on the same server in the same run, each mea
   activities (one per round, one per branch) and child workflows, with no-op bodies;
 - floor + local: the floor plus every other hop errands made, counted from the first errands
   task's history, as no-ops: its local activities (the session-store calls) and any other
-  activity. What errands adds beyond it is errands' own code, not Temporal's.
+  activity. What errands adds beyond it is errands' own code, not Temporal's;
+- errands + tool: round 0 delegates one ``general`` branch, which calls one MCP tool
+  (``mcp__almanac__lookup`` of the bundled ``errands.demo_tools`` server) and then answers in
+  text; round 1 replies. Twice, each on a worker of its own whose ``ERRANDS_MCP_SERVERS``
+  gives the server to branches only (``"for": ["*"]``): over Streamable HTTP, a server process
+  the benchmark starts once (the main figure), and over stdio, where errands starts the server
+  for each exchange (once to list the task's tools, once for the call);
+- floor + tool: the floor of that shape, one no-op activity more in the child for the tool
+  call: the model-call and tool-call activities counted from the first HTTP task's history.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
 from bench._floor import FloorPlan
-from bench._harness import Stack, stack_for
+from bench._harness import ROOT, Stack, stack_for
 from bench._measure import (
     activity_durations,
     activity_types,
@@ -32,6 +41,8 @@ from bench._measure import (
     workflow_task_seconds,
 )
 from bench._model import model_name
+from errands import ids, mcp
+from errands.settings import Settings
 
 TITLE = "B1 · overhead against the Temporal floor"
 FULL = {"tasks": 40, "warmup": 3}
@@ -39,8 +50,15 @@ SMOKE = {"tasks": 1, "warmup": 0}
 TARGET = 1.3
 
 MODEL = model_name(1, 3)
+TOOL_MODEL = model_name(1, 1, tool=True)
 MODEL_CALLS = {"round_step", "branch_step"}
+TOOL_CALLS = {"run_branch_tool"}
 KINDS = ("errands", "floor", "floor_with_local")
+TOOL_KINDS = ("errands_tool_http", "errands_tool_stdio", "floor_tool")
+SERVER = "almanac"
+TOOL = mcp.tool_name(SERVER, "lookup")
+ALL_KINDS = KINDS + TOOL_KINDS
+TRANSPORTS = {"errands_tool_http": "Streamable HTTP", "errands_tool_stdio": "stdio"}
 
 
 async def plan_from_history(stack: Stack, workflow_id: str) -> tuple[FloorPlan, dict[str, Any]]:
@@ -80,14 +98,45 @@ async def plan_from_history(stack: Stack, workflow_id: str) -> tuple[FloorPlan, 
     return plan, counted
 
 
-def model_call_plan(plan: FloorPlan, counted: dict[str, Any]) -> FloorPlan:
-    """The issue's floor: only the model-call activities, and the children."""
+def model_call_plan(
+    plan: FloorPlan, counted: dict[str, Any], calls: set[str] = MODEL_CALLS
+) -> FloorPlan:
+    """The issue's floor: only the model-call activities (and any other ``calls``), and the
+    children."""
     return FloorPlan(
-        before=sum(a in MODEL_CALLS for a in counted["parent_activities_before_children"]),
+        before=sum(a in calls for a in counted["parent_activities_before_children"]),
         children=plan.children,
-        child_activities=sum(a in MODEL_CALLS for a in counted["activities_per_child"]),
-        after=sum(a in MODEL_CALLS for a in counted["parent_activities_after_children"]),
+        child_activities=sum(a in calls for a in counted["activities_per_child"]),
+        after=sum(a in calls for a in counted["parent_activities_after_children"]),
     )
+
+
+async def tool_settings(stack: Stack) -> dict[str, Settings]:
+    """Worker settings offering the almanac to branches, by transport (HTTP starts its server)."""
+    url = await stack.serve_mcp_http()
+    command = [sys.executable, "-m", "errands.demo_tools"]
+    return {
+        "errands_tool_http": stack.settings(mcp_servers={SERVER: {"url": url, "for": ["*"]}}),
+        "errands_tool_stdio": stack.settings(
+            mcp_servers={SERVER: {"command": command, "cwd": str(ROOT), "for": ["*"]}}
+        ),
+    }
+
+
+async def checked_tool_task(
+    stack: Stack, workflow_id: str, transport: str
+) -> tuple[FloorPlan, dict[str, Any]]:
+    """The hops a tool task made, after checking its branch called the tool once, and well."""
+    plan, counted = await plan_from_history(stack, workflow_id)
+    child = child_ids((await history_of(stack.client, workflow_id))[0])[0]
+    calls = counted["activities_per_child"].count("run_branch_tool")
+    stored = stack.store.get(ids.thread_tool_result_id(child, 0, 0))
+    if counted["children"] != 1 or calls != 1 or stored is None or stored.meta.get("is_error"):
+        raise RuntimeError(
+            f"the {transport} tool task {workflow_id} did not make exactly one good tool call: "
+            f"hops {counted}, tool result {stored.text if stored else None!r}"
+        )
+    return plan, counted
 
 
 async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, Any]:
@@ -96,35 +145,59 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
         await stack.worker(settings)
         floor_queue = await stack.floor_worker()
 
+        by_transport = await tool_settings(stack)
+        for tool_worker in by_transport.values():
+            await stack.worker(tool_worker)
+
         _, first = await stack.run_task(settings, MODEL)
         with_local, counted = await plan_from_history(stack, first)
-        plans = {"floor": model_call_plan(with_local, counted), "floor_with_local": with_local}
+        tool_plans, tool_counted = {}, {}
+        for kind, tool_worker in by_transport.items():
+            _, first_tool = await stack.run_task(tool_worker, TOOL_MODEL)
+            found = await checked_tool_task(stack, first_tool, TRANSPORTS[kind])
+            tool_plans[kind], tool_counted[kind] = found
+        plans = {
+            "floor": model_call_plan(with_local, counted),
+            "floor_with_local": with_local,
+            "floor_tool": model_call_plan(
+                tool_plans["errands_tool_http"],
+                tool_counted["errands_tool_http"],
+                MODEL_CALLS | TOOL_CALLS,
+            ),
+        }
+        http, stdio = by_transport["errands_tool_http"], by_transport["errands_tool_stdio"]
         jobs = {
             "errands": lambda: stack.run_task(settings, MODEL),
             "floor": lambda: stack.run_floor(floor_queue, plans["floor"]),
             "floor_with_local": lambda: stack.run_floor(floor_queue, plans["floor_with_local"]),
+            "errands_tool_http": lambda: stack.run_task(http, TOOL_MODEL),
+            "errands_tool_stdio": lambda: stack.run_task(stdio, TOOL_MODEL),
+            "floor_tool": lambda: stack.run_floor(floor_queue, plans["floor_tool"]),
         }
         for _ in range(warmup):
             for job in jobs.values():
                 await job()
 
-        times: dict[str, list[float]] = {k: [] for k in KINDS}
-        ids: dict[str, list[str]] = {k: [] for k in KINDS}
+        times: dict[str, list[float]] = {k: [] for k in ALL_KINDS}
+        run_ids: dict[str, list[str]] = {k: [] for k in ALL_KINDS}
         for _ in range(tasks):
-            # Interleaved, so drift in the machine's load hits all three alike.
-            for kind in KINDS:
+            # Interleaved, so drift in the machine's load hits every kind alike.
+            for kind in ALL_KINDS:
                 elapsed, wid = await jobs[kind]()
                 times[kind].append(elapsed)
-                ids[kind].append(wid)
+                run_ids[kind].append(wid)
 
         breakdown: dict[str, dict[str, float]] = {}
         per_activity: dict[str, list[float]] = {}
+        # The tool tasks' activities by kind and by their place in the task: a branch's first
+        # step also lists the task's tools.
+        tool_activities: dict[str, dict[str, list[float]]] = {k: {} for k in TOOL_KINDS}
         # A new run's first workflow task builds its sandbox (importing the workflow's module
         # afresh); later ones only run the workflow code.
-        first_wft: dict[str, list[float]] = {k: [] for k in KINDS}
-        later_wft: dict[str, list[float]] = {k: [] for k in KINDS}
-        for kind in KINDS:
-            paths = [await busy_path(stack.client, wid) for wid in ids[kind]]
+        first_wft: dict[str, list[float]] = {k: [] for k in ALL_KINDS}
+        later_wft: dict[str, list[float]] = {k: [] for k in ALL_KINDS}
+        for kind in ALL_KINDS:
+            paths = [await busy_path(stack.client, wid) for wid in run_ids[kind]]
             breakdown[kind] = {
                 "end_to_end_ms": round(statistics.median(times[kind]) * 1000, 1),
                 "workflow_tasks_ms": round(
@@ -132,17 +205,25 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
                 ),
                 "activities_ms": round(statistics.median(p["activity_s"] for p in paths) * 1000, 1),
             }
-            for wid in ids[kind]:
+            for wid in run_ids[kind]:
                 events, _ = await history_of(stack.client, wid)
                 children = child_ids(events)
-                for source in [events] + [(await history_of(stack.client, children[0]))[0]]:
+                for place, source in (
+                    ("parent", events),
+                    ("child", (await history_of(stack.client, children[0]))[0]),
+                ):
                     for name, spans in activity_durations(source).items():
-                        per_activity.setdefault(name, []).extend(spans)
+                        if kind in TOOL_KINDS:
+                            for label, span in _placed(name, place, spans):
+                                tool_activities[kind].setdefault(label, []).append(span)
+                        else:
+                            per_activity.setdefault(name, []).extend(spans)
                     wfts = workflow_task_seconds(source)
                     first_wft[kind] += wfts[:1]
                     later_wft[kind] += wfts[1:]
 
     errands_ms = statistics.median(times["errands"])
+    floor_tool_ms = statistics.median(times["floor_tool"])
     return {
         "shape": "2 rounds: round 0 delegates 3 branches, round 1 replies",
         "hops_counted_from_errands_history": counted,
@@ -159,14 +240,43 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
                 "first_of_a_run": round(statistics.median(first_wft[kind]) * 1000, 1),
                 "later": round(statistics.median(later_wft[kind]) * 1000, 1),
             }
-            for kind in KINDS
+            for kind in ALL_KINDS
         },
         "activity_median_ms": {
             name: round(statistics.median(spans) * 1000, 1)
             for name, spans in sorted(per_activity.items())
         },
+        "tool_call": {
+            "shape": "2 rounds: round 0 delegates 1 `general` branch, which calls "
+            f"`{TOOL}` once and answers in text; round 1 replies",
+            "transports": TRANSPORTS,
+            "hops_counted_from_errands_history": tool_counted,
+            "ratio_to_floor_tool": {
+                kind: round(statistics.median(times[kind]) / floor_tool_ms, 2)
+                for kind in TRANSPORTS
+            },
+            "ratio_of_minimums": {
+                kind: round(min(times[kind]) / min(times["floor_tool"]), 2) for kind in TRANSPORTS
+            },
+            "activity_median_ms": {
+                kind: {
+                    label: round(statistics.median(spans) * 1000, 1)
+                    for label, spans in by_label.items()
+                }
+                for kind, by_label in tool_activities.items()
+            },
+        },
         "target": f"ratio to the floor <= {TARGET}",
     }
+
+
+def _placed(name: str, place: str, spans: list[float]) -> list[tuple[str, float]]:
+    """Each span of a tool task's activity labelled by where it ran: a branch's steps apart."""
+    if name == "branch_step":
+        return [(f"branch_step {step}", span) for step, span in enumerate(spans)]
+    if name == "floor_noop":
+        return [(f"floor_noop ({place})", span) for span in spans]
+    return [(name, span) for span in spans]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -177,16 +287,7 @@ def markdown(result: dict[str, Any]) -> str:
         "floor": _hops(plans["floor"]),
         "floor_with_local": _hops(plans["floor_with_local"]),
     }
-    lines = [
-        "| task | hops | median ms | p95 ms | min ms | max ms | n |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for kind in KINDS:
-        s = lat[kind]
-        lines.append(
-            f"| {_label(kind)} | {hops[kind]} | {s['median_ms']} | {s['p95_ms']} | "
-            f"{s['min_ms']} | {s['max_ms']} | {s['n']} |"
-        )
+    lines = [*_latency_table(lat, KINDS, hops)]
     lines += [
         "",
         f"**Ratio (median errands / median floor): {result['ratio_to_floor']}** "
@@ -194,16 +295,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['ratio_to_floor_with_local']}. Ratio of the fastest runs, the least disturbed "
         f"by other load: {result['ratio_of_minimums']}.",
         "",
-        "Hops counted from an errands history: before the children, activities "
-        f"`{', '.join(counted['parent_activities_before_children'])}` and "
-        f"{counted['parent_local_activities_before_children']} local activities; "
-        f"{counted['children']} children each running "
-        f"`{', '.join(counted['activities_per_child'])}` "
-        f"({counted['local_activities_per_child']} local activities); after them, "
-        f"`{', '.join(counted['parent_activities_after_children'])}` and "
-        f"{counted['parent_local_activities_after_children']} local activities; "
-        f"{counted['parent_workflow_tasks']} workflow tasks in the parent and "
-        f"{counted['child_workflow_tasks']} in each child.",
+        f"Hops counted from an errands history: {_counted(counted)}",
+    ]
+    if "tool_call" in result:
+        lines += ["", *_tool_section(result)]
+    lines += [
         "",
         "Where the time goes on the critical path (parent plus its slowest child), medians; "
         "local activities run inside workflow tasks:",
@@ -234,7 +330,104 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         _gap(result),
     ]
+    if "tool_call" in result:
+        lines += ["", _tool_gap(result)]
     return "\n".join(lines)
+
+
+def _latency_table(
+    lat: dict[str, dict[str, float]], kinds: tuple[str, ...], hops: dict[str, str]
+) -> list[str]:
+    lines = [
+        "| task | hops | median ms | p95 ms | min ms | max ms | n |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind in kinds:
+        s = lat[kind]
+        lines.append(
+            f"| {_label(kind)} | {hops[kind]} | {s['median_ms']} | {s['p95_ms']} | "
+            f"{s['min_ms']} | {s['max_ms']} | {s['n']} |"
+        )
+    return lines
+
+
+def _counted(counted: dict[str, Any]) -> str:
+    """What an errands history's hops were, as a sentence."""
+    return (
+        "before the children, activities "
+        f"`{', '.join(counted['parent_activities_before_children'])}` and "
+        f"{counted['parent_local_activities_before_children']} local activities; "
+        f"{counted['children']} {'child' if counted['children'] == 1 else 'children'} each "
+        f"running `{', '.join(counted['activities_per_child'])}` "
+        f"({counted['local_activities_per_child']} local activities); after them, "
+        f"`{', '.join(counted['parent_activities_after_children'])}` and "
+        f"{counted['parent_local_activities_after_children']} local activities; "
+        f"{counted['parent_workflow_tasks']} workflow tasks in the parent and "
+        f"{counted['child_workflow_tasks']} in each child."
+    )
+
+
+def _tool_section(result: dict[str, Any]) -> list[str]:
+    tool, lat = result["tool_call"], result["latency"]
+    ratio, fastest = tool["ratio_to_floor_tool"], tool["ratio_of_minimums"]
+    hops = {
+        "errands_tool_http": "as counted below",
+        "errands_tool_stdio": "as counted below",
+        "floor_tool": _hops(result["floor_plans"]["floor_tool"]),
+    }
+    counted = tool["hops_counted_from_errands_history"]
+    same = counted["errands_tool_stdio"] == counted["errands_tool_http"]
+    lines = [
+        f"With one MCP tool call ({tool['shape']}; the tool is the bundled almanac server's "
+        "`lookup`, the HTTP row's server a process the benchmark started once, the stdio row's "
+        "started by errands for each exchange):",
+        "",
+        *_latency_table(lat, TOOL_KINDS, hops),
+        "",
+        "**Ratio (median errands + tool over Streamable HTTP / median floor + tool): "
+        f"{ratio['errands_tool_http']}**; over stdio: {ratio['errands_tool_stdio']}. Ratio of "
+        f"the fastest runs: {fastest['errands_tool_http']} over HTTP, "
+        f"{fastest['errands_tool_stdio']} over stdio.",
+        "",
+        "Hops counted from an HTTP tool task's history: "
+        + _counted(counted["errands_tool_http"])
+        + (
+            " The stdio task's were the same."
+            if same
+            else " The stdio task's: " + _counted(counted["errands_tool_stdio"])
+        ),
+    ]
+    return lines
+
+
+def _tool_gap(result: dict[str, Any]) -> str:
+    tool, lat = result["tool_call"], result["latency"]
+    acts = tool["activity_median_ms"]
+    floor_ms = lat["floor_tool"]["median_ms"]
+
+    def part(kind: str) -> str:
+        a = acts[kind]
+        listing = a.get("branch_step 0", 0.0) - a.get("branch_step 1", 0.0)
+        return (
+            f"over {TRANSPORTS[kind]} the task took {lat[kind]['median_ms'] - floor_ms:.0f} ms "
+            f"more than the floor + tool; its tool call (`run_branch_tool`) took "
+            f"{a.get('run_branch_tool', 0.0):.0f} ms, and the branch's first step, which also "
+            f"lists the task's tools, {listing:.0f} ms more than its second"
+        )
+
+    noops = ", ".join(
+        f"`{label}` {ms} ms" for label, ms in acts["floor_tool"].items() if "floor_noop" in label
+    )
+    per_kind = "; ".join(
+        f"{TRANSPORTS[kind]}: "
+        + ", ".join(f"`{label}` {ms} ms" for label, ms in sorted(acts[kind].items()))
+        for kind in TRANSPORTS
+    )
+    return (
+        f"With the tool call, measured (medians): {part('errands_tool_http')}; "
+        f"{part('errands_tool_stdio')}. The floor's no-ops took {noops}. Each activity of the "
+        f"tool tasks, started to completed: {per_kind}."
+    )
 
 
 def _gap(result: dict[str, Any]) -> str:
@@ -274,11 +467,26 @@ def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
         f"{result['latency']['floor']['median_ms']:.0f} ms median); "
         f"{result['ratio_to_floor_with_local']}× the floor + local"
     )
+    if "tool_call" in result:
+        tool = result["tool_call"]["ratio_to_floor_tool"]
+        figure += (
+            f"; a branch making one MCP tool call: {tool['errands_tool_http']}× the floor + tool "
+            f"over HTTP ({result['latency']['errands_tool_http']['median_ms']:.0f} vs "
+            f"{result['latency']['floor_tool']['median_ms']:.0f} ms), "
+            f"{tool['errands_tool_stdio']}× over stdio"
+        )
     return figure, f"≤ {TARGET}×", ratio <= TARGET
 
 
 def _label(kind: str) -> str:
-    return {"errands": "errands", "floor": "floor", "floor_with_local": "floor + local"}[kind]
+    return {
+        "errands": "errands",
+        "floor": "floor",
+        "floor_with_local": "floor + local",
+        "errands_tool_http": "errands + tool (HTTP)",
+        "errands_tool_stdio": "errands + tool (stdio)",
+        "floor_tool": "floor + tool",
+    }[kind]
 
 
 def _hops(plan: dict[str, int]) -> str:
@@ -286,7 +494,8 @@ def _hops(plan: dict[str, int]) -> str:
         f"{plan['local_before']} local + " if plan["local_before"] else "",
         f"{plan['local_after']} local + " if plan["local_after"] else "",
     )
+    children = "1 child" if plan["children"] == 1 else f"{plan['children']} children"
     return (
-        f"{local[0]}{plan['before']} act → {plan['children']} children × "
+        f"{local[0]}{plan['before']} act → {children} × "
         f"{plan['child_activities']} act → {local[1]}{plan['after']} act"
     )

@@ -95,9 +95,7 @@ async def errands_sizes(stack: Stack, sizes: list[int], repeats: int) -> list[di
                     "with_children_events": tree["total_events"],
                 }
             )
-        out.append(
-            medians(n, runs) | {"first_task_seconds": round(first, 2), "summaries": made}
-        )
+        out.append(medians(n, runs) | {"first_task_seconds": round(first, 2), "summaries": made})
     return out
 
 

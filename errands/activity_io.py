@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from errands.advisor import AdvisorResult
+from errands.approvals import ApprovalNeed
 from errands.contracts import Message, ModelResponse, ModelUsage, ToolCall, Usage
 from errands.control import SubtaskDraft
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
@@ -107,6 +108,8 @@ class RoundStepOutput(BaseModel):
     work_tools: list[str] = Field(default_factory=list)
     """The MCP tools the step offered (``mcp__server__tool``): a call to one is run by
     ``run_round_tool``."""
+    approvals: list[ApprovalNeed] = Field(default_factory=list)
+    """The step's MCP calls that wait for the user before they run."""
 
 
 class AppendAckInput(BaseModel):
@@ -148,6 +151,13 @@ class RememberInput(BaseModel):
     record: dict[str, Any]
 
 
+class RememberApprovalInput(BaseModel):
+    """The user approved every call of ``tool`` in the session (``approve_always``)."""
+
+    session_id: str
+    tool: str
+
+
 class JoinInput(BaseModel):
     task_id: str
     session_id: str
@@ -183,6 +193,8 @@ class BranchStepInput(BaseModel):
     step: int
     task_id: str = ""
     """The branch's task, whose pinned MCP tool list the step offers (none when empty)."""
+    session_id: str = ""
+    """The task's session, whose approve-always choices the step's calls are checked against."""
     model: str
     subtask_type: str
     last_step: bool
@@ -203,6 +215,8 @@ class BranchStepOutput(BaseModel):
     """True when the step was already stored: no model call was made."""
     compaction: ModelUsage | None = None
     """The summary calls this attempt made to fit the thread (the ledger's ``compaction``)."""
+    approvals: list[ApprovalNeed] = Field(default_factory=list)
+    """The step's tool calls that wait for the user before they run."""
 
 
 class RunToolInput(BaseModel):
@@ -215,6 +229,9 @@ class RunToolInput(BaseModel):
     """How long the tool itself may run; the activity's start-to-close is a little longer."""
     max_attempts: int = TOOL_MAX_ATTEMPTS
     """The activity's attempts: the last one turns an unreachable server into an error result."""
+    verdict: str | None = None
+    """Set when the call must not run (denied, not approved in time, cancelled): this text is
+    stored as its error result instead."""
 
 
 class RunRoundToolInput(BaseModel):
@@ -225,6 +242,8 @@ class RunRoundToolInput(BaseModel):
     call: ToolCall
     timeout_seconds: float = TOOL_TIMEOUT_SECONDS
     max_attempts: int = TOOL_MAX_ATTEMPTS
+    verdict: str | None = None
+    """As ``RunToolInput.verdict``."""
 
 
 class RunToolOutput(BaseModel):

@@ -80,6 +80,21 @@ def round_tool_result_id(task_id: str, round_: int, slot: str, step: int, index:
     return f"task:{task_id}:round:{round_}:{slot}:tool:{step}:{index}"
 
 
+def approvals_session_id(session_id: str) -> str:
+    """Where a session keeps the tools its user approved for good."""
+    return f"{session_id}:approvals"
+
+
+def approved_always_id(session_id: str, tool: str) -> str:
+    """The row saying the user approved every call of ``tool`` in the session."""
+    return f"{session_id}:approved:{tool}"
+
+
+def approval_id(workflow_id: str, step: int, index: int) -> str:
+    """The pending approval of the ``index``-th call of ``step`` in a task or a branch."""
+    return f"{workflow_id}:approval:{step}:{index}"
+
+
 def provider_safe(raw: str) -> str:
     """A tool-call id every provider accepts (Anthropic rejects anything outside [A-Za-z0-9_-])."""
     return _UNSAFE.sub("_", raw)

@@ -184,6 +184,7 @@ def build_activities(
         session.deterministic_join,
         session.recall_decisions,
         session.remember_decision,
+        session.remember_approval,
         session.read_message,
         models.round_step,
         models.open_branch,

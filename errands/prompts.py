@@ -137,8 +137,7 @@ def tool_failed(name: str, detail: str) -> str:
     return f"{name} could not be run ({detail}). Go on without it, or try it again later."
 
 
-def tool_cancelled(name: str) -> str:
-    return f"{name} was cancelled: the work was stopped before the tool returned."
+TOOL_CANCELLED = "Cancelled: the work was stopped before this tool call returned."
 
 
 SUMMARY_INSTRUCTIONS = (

@@ -18,6 +18,7 @@ from errands.activity_io import (
     RoundStepInput,
     RoundView,
 )
+from errands.approvals import ApprovalRequest
 from errands.asking import QuestionSet
 from errands.contracts import Message, ModelUsage, ToolCall, UsageLedger
 from errands.errors import FailureKind, TaskFailed
@@ -162,6 +163,8 @@ class TaskState(BaseModel):
     resume: Slot | None = None
     """A round waiting on the user when the previous run handed over."""
     runs: int = 1
+    approvals: list[ApprovalRequest] = Field(default_factory=list)
+    """Tool calls waiting for the user's approval, oldest first (the task's and its branches')."""
 
 
 class TaskError(BaseModel):
@@ -199,6 +202,8 @@ class TaskResult(BaseModel):
     phase: str = ""
     """What the task is doing right now, in a few words."""
     pending_question: dict[str, Any] | None = None
+    pending_approval: dict[str, Any] | None = None
+    """The oldest tool call waiting for the user's approval (``errands.approvals``)."""
     """The question set waiting for the user (``errands answer`` answers it)."""
     answer_errors: list[str] = Field(default_factory=list)
     """Answers sent by signal that were invalid and ignored, newest last."""
@@ -242,6 +247,10 @@ class SubtaskInput(BaseModel):
     heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
     tool_timeout_seconds: float = TOOL_TIMEOUT_SECONDS
     tool_max_attempts: int = TOOL_MAX_ATTEMPTS
+    headless: bool = False
+    """As the task's: a call that needs approval is not run, there being nobody to ask."""
+    ask_timeout_hours: float = 24
+    """How long a call waits for the user's approval."""
     model_task_queue: str | None = None
     """As ``RoundSettings.model_task_queue``: where this branch's model steps are scheduled."""
     max_output_tokens: int = 4096

@@ -22,9 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 
 from errands import ids
+from errands.approvals import ApprovalAnswer, ApprovalReceipt
 from errands.contracts import NewMessage
 from errands.devserver import DevServer, free_port
 from errands.routing import ModelRouter
@@ -393,7 +399,7 @@ async def test_cancelling_a_task_during_a_tool_call_stores_a_cancelled_result_an
     await until(lambda: store.get(key) is not None, "the cancelled call's result")
     row = store.get(key)
     assert row is not None and row.meta["is_error"]
-    assert row.text.startswith("mcp__web__write was cancelled")
+    assert row.text.startswith("Cancelled: the work was stopped")
     kinds = [r.kind for r in store.list_session(thread)]
     assert kinds[-2:] == ["step", "tool_result"], "the thread ends with the call's result"
     await asyncio.sleep(6)  # past the tool's delay: a call still running would have written
@@ -470,30 +476,219 @@ async def test_the_main_agent_calls_tools_of_one_step_at_once_and_reads_their_re
     assert TOKEN not in exported
 
 
-async def test_a_tool_that_needs_approval_is_not_run_until_approvals_exist(
-    client: Client, settings: Settings, store: SessionStore, servers: Servers, scripted: Any
-) -> None:
-    web = {**servers.config["web"], "approval": {"write": "ask"}}
+# -- approvals ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def asking_worker(
+    client: Client, settings: Settings, store: SessionStore, servers: Servers
+) -> AsyncIterator[Settings]:
+    """The web server's `write` asks before it runs; `search` asks before every call."""
+    web = {**servers.config["web"], "approval": {"write": "ask", "search": "always"}}
     own = settings.model_copy(
         update={
             "task_queue": f"tools-ask-{uuid.uuid4().hex[:6]}",
             "mcp_servers": json.dumps({"web": web}),
         }
     )
-    Conversation(
-        delegating(call("mcp__web__write", name="unasked", text="should not exist")),
-        told_branch,
-        branches=2,
-    ).install(scripted, "gpt-tools")
     router = ModelRouter(own)
     async with build_worker(client, own, store=store, router=router):
-        _, result = await run_task(client, own, "Write without asking.")
+        yield own
     await router.aclose()
 
-    assert result.status == "replied", result.error
-    (row,) = branch_rows(store, result)
-    assert "mcp__web__write needs the user's approval (approval 'ask'" in row
-    assert not (servers.web / "unasked.txt").exists()
-    assert not [
-        c for c in writes(servers.web, servers.web / "calls.jsonl") if c["name"] == "unasked"
+
+async def pending_approval(handle: WorkflowHandle[Any, TaskResult]) -> dict[str, Any]:
+    async with asyncio.timeout(60):
+        while True:
+            status = await handle.query("status", result_type=TaskResult)
+            if status.pending_approval is not None:
+                assert status.status == "waiting_for_user"
+                return status.pending_approval
+            await asyncio.sleep(0.1)
+
+
+async def answer(handle: WorkflowHandle[Any, TaskResult], **fields: Any) -> ApprovalReceipt:
+    return await handle.execute_update(
+        "answer_approval", ApprovalAnswer(**fields), result_type=ApprovalReceipt
+    )
+
+
+def branch_writes(name: str, text: str) -> list[Reply]:
+    return delegating(call("mcp__web__write", name=name, text=text))
+
+
+async def start(
+    own: Settings, client: Client, text: str, **kwargs: Any
+) -> WorkflowHandle[Any, TaskResult]:
+    return await start_task(client, own.task_queue, text, model=MODEL, **kwargs)
+
+
+async def test_a_call_that_asks_waits_for_approval_and_runs_once_approved(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    Conversation(branch_writes("approved", "yes"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    handle = await start(asking_worker, client, "Write a note once I say so.")
+
+    pending = await pending_approval(handle)
+    assert pending["tool"] == "mcp__web__write"
+    assert json.loads(pending["arguments"]) == {"name": "approved", "text": "yes"}
+    assert pending["where"] == "round 0 · subtask 1"
+    assert pending["can_approve_always"] is True
+    assert not (servers.web / "approved.txt").exists(), "nothing runs before the approval"
+    # An unknown approval id is refused, and changes nothing.
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await answer(handle, approval_id="no-such-approval", decision="approve")
+    assert "no tool call waiting for approval 'no-such-approval'" in str(refused.value.cause)
+    assert (await pending_approval(handle)) == pending
+
+    receipt = await answer(handle, approval_id=pending["approval_id"], decision="approve")
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert receipt.decision == "approve"
+    assert result.status == "replied" and result.pending_approval is None
+    assert (servers.web / "approved.txt").read_text() == "yes"
+    assert branch_rows(store, result) == ["tool said: wrote note approved"]
+
+
+async def test_approve_always_lets_later_calls_of_the_tool_in_the_session_run_unasked(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    session = f"s-always-{uuid.uuid4().hex[:6]}"
+    Conversation(branch_writes("first", "1"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    first = await start(asking_worker, client, "Write the first note.", session=session)
+    pending = await pending_approval(first)
+    await answer(first, approval_id=pending["approval_id"], decision="approve_always")
+    assert (await asyncio.wait_for(first.result(), 60)).status == "replied"
+
+    Conversation(branch_writes("second", "2"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    second = await start(asking_worker, client, "Write the second note.", session=session)
+    result = await asyncio.wait_for(second.result(), 60)
+
+    assert result.status == "replied"
+    assert (servers.web / "second.txt").read_text() == "2", "ran without asking"
+    history = await second.fetch_history()
+    signals = [
+        e for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")
     ]
+    assert signals == [], "the second task never asked"
+
+
+async def test_a_denial_reaches_the_model_with_the_users_reason(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    Conversation(branch_writes("denied", "no"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    handle = await start(asking_worker, client, "Write a note if allowed.")
+    pending = await pending_approval(handle)
+    await answer(
+        handle,
+        approval_id=pending["approval_id"],
+        decision="deny",
+        reason="that folder is shared",
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status == "replied"
+    (row,) = branch_rows(store, result)
+    assert "Not approved: the user denied this call of mcp__web__write" in row
+    thread = ids.child_workflow_id(handle.id, 0, 1)
+    stored = store.get(ids.thread_tool_result_id(thread, 0, 0))
+    assert stored is not None and "Their reason: that folder is shared" in stored.text
+    assert not (servers.web / "denied.txt").exists()
+
+
+async def test_an_unanswered_approval_times_out_with_its_own_text(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    Conversation(branch_writes("late", "zzz"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    handle = await start(
+        asking_worker,
+        client,
+        "Write a note, if anyone answers.",
+        settings=RoundSettings(ask_timeout_hours=3 / 3600),
+    )
+    await pending_approval(handle)
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    thread = ids.child_workflow_id(handle.id, 0, 1)
+    stored = store.get(ids.thread_tool_result_id(thread, 0, 0))
+    assert stored is not None
+    assert stored.text.startswith("Not approved: nobody answered the request to run")
+    assert "denied" not in stored.text
+    assert result.status == "replied" and result.pending_approval is None
+    assert not (servers.web / "late.txt").exists()
+
+
+async def test_a_headless_task_does_not_run_a_call_that_asks(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    Conversation(branch_writes("headless", "x"), told_branch, branches=2).install(
+        scripted, "gpt-tools"
+    )
+    handle = await start(asking_worker, client, "Write a note.", headless=True)
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    (row,) = branch_rows(store, result)
+    assert "this task runs headless, with nobody to ask" in row
+    assert not (servers.web / "headless.txt").exists()
+
+
+async def test_the_main_agents_call_that_asks_every_time_waits_and_can_be_denied(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+) -> None:
+    seen: list[RecordedRequest] = []
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        seen.append(request)
+        results = tool_results(request)
+        if not results:
+            return Reply(text="Let me search.", calls=[Call("mcp__web__search", {"query": "x"})])
+        return Reply(calls=[Call("final_reply", {"text": results[-1]["content"][:80]})])
+
+    scripted.script("gpt-tools", main_agent, main_agent)
+    handle = await start(asking_worker, client, "Search the notes.")
+    pending = await pending_approval(handle)
+    assert pending["where"] == "main" and pending["why"] == "Let me search."
+    assert pending["can_approve_always"] is False  # approval "always"
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await answer(handle, approval_id=pending["approval_id"], decision="approve_always")
+    assert "asks before every call" in str(refused.value.cause)
+
+    await answer(handle, approval_id=pending["approval_id"], decision="deny")
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.reply is not None
+    assert result.reply.startswith("ERROR: Not approved: the user denied this call")

@@ -75,6 +75,8 @@ async def _branch(
                 heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
                 tool_timeout_seconds=settings.tool_timeout_seconds,
                 tool_max_attempts=settings.tool_max_attempts,
+                headless=data.headless,
+                ask_timeout_hours=settings.ask_timeout_hours,
                 model_task_queue=settings.model_task_queue,
                 max_output_tokens=settings.max_output_tokens,
             ),

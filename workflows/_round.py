@@ -11,6 +11,7 @@ session.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         SessionRef,
     )
     from errands.advisor import ADVISOR_TOOL
+    from errands.approvals import ApprovalNeed
     from errands.asking import (
         Answer,
         QuestionSet,
@@ -121,13 +123,19 @@ RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting
 Attempt = Decision | Rejection | Failure | Waiting | Narration
 
 
+Approver = Callable[[ApprovalNeed, int], Awaitable[str | None]]
+"""Puts one of the main agent's tool calls (and the step it is in) to the user: None when
+approved, else the text the model reads instead of the tool's result."""
+
+
 class RoundDecider:
     """Decides a task's rounds. It is given the task's input and the state whose counters it
     charges (steps, ledger, advisor uses, asks, the latest round request), never the workflow."""
 
-    def __init__(self, data: TaskInput, state: TaskState) -> None:
+    def __init__(self, data: TaskInput, state: TaskState, approve: Approver | None = None) -> None:
         self._data = data
         self._state = state
+        self._approve = approve
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
     async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
@@ -321,7 +329,8 @@ class RoundDecider:
                 slot.extra[-1].is_error = is_error
                 continue
             if isinstance(decision, ToolCall) and decision.name in mcp_tools:
-                await self._run_tools(slot, [c for c in response.tool_calls if c.name in mcp_tools])
+                calls = {i: c for i, c in enumerate(response.tool_calls) if c.name in mcp_tools}
+                await self._run_tools(slot, calls, [n for n in out.approvals if n.index in calls])
                 continue
             if isinstance(decision, ToolCall):
                 asked = await self._ask(slot, decision)
@@ -371,15 +380,24 @@ class RoundDecider:
 
     # -- MCP tools --------------------------------------------------------------------------
 
-    async def _run_tools(self, slot: Slot, calls: list[ToolCall]) -> None:
-        """A step's MCP calls, all at once. Each result is stored and reaches the next step by
-        reference; a call whose every attempt failed (its worker kept dying) is told to the
-        model as an error."""
-        data, settings = self._data, self._data.settings
+    async def _run_tools(
+        self, slot: Slot, by_index: dict[int, ToolCall], needs: list[ApprovalNeed]
+    ) -> None:
+        """A step's MCP calls (by their place among the step's calls), those that need it
+        approved by the user first, then all at once. Each result is stored and reaches the
+        next step by reference; a call whose every attempt failed (its worker kept dying) is
+        told to the model as an error."""
+        data, settings, step = self._data, self._data.settings, self._state.steps
+        verdicts: dict[int, str | None] = {}
+        for need in needs:
+            assert self._approve is not None, "a task that offers such tools can approve them"
+            verdicts[need.index] = await self._approve(need, step)
+        calls = list(by_index.values())
         result_ids = [
-            ids.round_tool_result_id(data.task_id, slot.round, slot.name, self._state.steps, i)
+            ids.round_tool_result_id(data.task_id, slot.round, slot.name, step, i)
             for i in range(len(calls))
         ]
+        verdict_of = [verdicts.get(i) for i in by_index]
         outcomes = await asyncio.gather(
             *(
                 workflow.execute_activity_method(
@@ -390,13 +408,14 @@ class RoundDecider:
                         call=call,
                         timeout_seconds=settings.tool_timeout_seconds,
                         max_attempts=settings.tool_max_attempts,
+                        verdict=verdict,
                     ),
                     start_to_close_timeout=timedelta(seconds=settings.tool_timeout_seconds + 30),
                     heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
                     retry_policy=tool_retry(settings.tool_max_attempts),
                     summary=f"round {slot.round} · {slot.name} · {call.name}",
                 )
-                for call, result_id in zip(calls, result_ids, strict=True)
+                for call, result_id, verdict in zip(calls, result_ids, verdict_of, strict=True)
             ),
             return_exceptions=True,
         )

@@ -14,15 +14,24 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
+    from errands import approvals, prompts
     from errands.activity_io import (
         BranchStepInput,
         OpenBranchInput,
         RecordBranchInput,
         RunToolInput,
     )
+    from errands.approvals import ApprovalNeed, Verdict
     from errands.contracts import ModelUsage, UsageLedger
     from errands.control import SubtaskDraft
     from errands.workflow_io import SubtaskInput, SubtaskResult, model_queue
+    from workflows._approvals import (
+        REQUEST_SIGNAL,
+        VERDICT_SIGNAL,
+        WITHDRAW_SIGNAL,
+        Verdicts,
+        request_for,
+    )
     from workflows._failures import describe, settled
     from workflows._options import model_retry, run_is_long, store_call, tool_retry
 
@@ -33,6 +42,14 @@ two activities of their own. Histories of branches started before it replay the 
 
 @workflow.defn(name="SubtaskWorkflow")
 class SubtaskWorkflow:
+    def __init__(self) -> None:
+        self._verdicts = Verdicts()
+
+    @workflow.signal(name=VERDICT_SIGNAL)
+    def approval_verdict(self, verdict: Verdict) -> None:
+        """The user's answer to a call of this branch that waits for approval (via the task)."""
+        self._verdicts.put(verdict)
+
     @workflow.run
     async def run(self, data: SubtaskInput) -> SubtaskResult:
         thread_id = workflow.info().workflow_id
@@ -69,6 +86,7 @@ class SubtaskWorkflow:
                         thread_id=thread_id,
                         step=step,
                         task_id=data.task_id,
+                        session_id=data.session_id,
                         model=data.model,
                         subtask_type=data.subtask_type,
                         last_step=step == data.step_limit - 1,
@@ -107,29 +125,17 @@ class SubtaskWorkflow:
             if out.tool_calls == 0:
                 status, error = "completed", ""
                 break
-            await asyncio.gather(
-                *(
-                    workflow.execute_activity_method(
-                        ModelActivities.run_branch_tool,
-                        RunToolInput(
-                            thread_id=thread_id,
-                            step=step,
-                            call_index=i,
-                            subtask_type=data.subtask_type,
-                            task_id=data.task_id,
-                            timeout_seconds=data.tool_timeout_seconds,
-                            max_attempts=data.tool_max_attempts,
-                        ),
-                        # The tool's own timeout fires first and is reported to the model; this
-                        # one stops an attempt whose worker hangs past it.
-                        start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
-                        heartbeat_timeout=heartbeat,
-                        retry_policy=tool_retry(data.tool_max_attempts),
-                        summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
-                    )
-                    for i in range(out.tool_calls)
-                )
-            )
+            try:
+                verdicts = {
+                    need.index: await self._approval(data, step, need) for need in out.approvals
+                }
+                await self._run_tools(data, step, out.tool_calls, verdicts)
+            except asyncio.CancelledError:
+                # Every call of the step gets a result, so the thread never holds a call without
+                # one; a call that already has its result keeps it.
+                cancelled = dict.fromkeys(range(out.tool_calls), prompts.TOOL_CANCELLED)
+                await self._run_tools(data, step, out.tool_calls, cancelled)
+                raise
         else:
             error = f"ran out of steps ({data.step_limit}) without a final answer"
         if status != "completed" or not merged:
@@ -145,6 +151,55 @@ class SubtaskWorkflow:
             steps=steps,
             usage=usage,
             compaction=ledger.parts.get("compaction", {}),
+        )
+
+    async def _approval(self, data: SubtaskInput, step: int, need: ApprovalNeed) -> str | None:
+        """Put a call to the user through the task and wait: None when approved, else the text
+        the model reads (denied, unanswered, or no one to ask)."""
+        if data.headless:
+            return approvals.headless(need.tool)
+        where = f"round {data.round} · subtask {data.ordinal}"
+        request = request_for(need, step, where, data.ask_timeout_hours)
+        parent = workflow.info().parent
+        assert parent is not None, "a branch runs as a child of its task"
+        task = workflow.get_external_workflow_handle(parent.workflow_id)
+        await task.signal(REQUEST_SIGNAL, request)
+        verdict = await self._verdicts.wait(request, data.ask_timeout_hours)
+        if verdict is None:
+            await task.signal(WITHDRAW_SIGNAL, request.approval_id)
+            return approvals.timed_out(need.tool, data.ask_timeout_hours)
+        return verdict.denial
+
+    @staticmethod
+    async def _run_tools(
+        data: SubtaskInput, step: int, calls: int, verdicts: dict[int, str | None]
+    ) -> None:
+        """The step's tool calls, all at once; a call with a verdict stores it instead of
+        running."""
+        thread_id = workflow.info().workflow_id
+        await asyncio.gather(
+            *(
+                workflow.execute_activity_method(
+                    ModelActivities.run_branch_tool,
+                    RunToolInput(
+                        thread_id=thread_id,
+                        step=step,
+                        call_index=i,
+                        subtask_type=data.subtask_type,
+                        task_id=data.task_id,
+                        timeout_seconds=data.tool_timeout_seconds,
+                        max_attempts=data.tool_max_attempts,
+                        verdict=verdicts.get(i),
+                    ),
+                    # The tool's own timeout fires first and is reported to the model; this one
+                    # stops an attempt whose worker hangs past it.
+                    start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
+                    heartbeat_timeout=timedelta(seconds=data.heartbeat_timeout_seconds),
+                    retry_policy=tool_retry(data.tool_max_attempts),
+                    summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
+                )
+                for i in range(calls)
+            )
         )
 
     @staticmethod

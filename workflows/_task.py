@@ -17,6 +17,7 @@ from temporalio.exceptions import is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
+    from errands import approvals
     from errands.activity_io import (
         AppendAckInput,
         AppendReplyInput,
@@ -24,9 +25,17 @@ with workflow.unsafe.imports_passed_through():
         JoinInput,
         OpenTaskInput,
         PrepareRoundInput,
+        RememberApprovalInput,
         RoundState,
         SideAnswer,
         SideQuestionInput,
+    )
+    from errands.approvals import (
+        ApprovalAnswer,
+        ApprovalNeed,
+        ApprovalReceipt,
+        ApprovalRequest,
+        Verdict,
     )
     from errands.asking import Answer
     from errands.control import Decision, DelegateDecision, ReplyDecision
@@ -39,6 +48,13 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         TaskResult,
         TaskState,
+    )
+    from workflows._approvals import (
+        REQUEST_SIGNAL,
+        VERDICT_SIGNAL,
+        WITHDRAW_SIGNAL,
+        Verdicts,
+        request_for,
     )
     from workflows._branches import failure_signature, run_branches, thread_id, to_start
     from workflows._failures import Failure, settled
@@ -72,6 +88,8 @@ class TaskWorkflow:
         self._rounds_this_run = 0
         self._first_round: RoundState | None = None
         self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
+        self._verdicts = Verdicts()
+        self._phase_before_approval: str | None = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -108,6 +126,115 @@ class TaskWorkflow:
             workflow.logger.warning("ignored an invalid answer signal: %s", error)
             return
         self._question.accept(payload)
+
+    # -- approvals: tool calls (the main agent's or a branch's) waiting for the user ---------
+
+    @workflow.query(name="pending_approval")
+    def pending_approval(self) -> dict[str, Any] | None:
+        waiting = self.state.approvals
+        return waiting[0].view() if waiting else None
+
+    @workflow.signal(name=REQUEST_SIGNAL)
+    def request_approval(self, request: ApprovalRequest) -> None:
+        """A branch's call waits for the user (the branch waits for the verdict signal)."""
+        self._add_approval(request)
+
+    @workflow.signal(name=WITHDRAW_SIGNAL)
+    def withdraw_approval(self, approval_id: str) -> None:
+        """A branch stopped waiting: nobody answered in time."""
+        self._drop_approval(approval_id)
+
+    @workflow.update(name="answer_approval")
+    async def answer_approval(self, answer: ApprovalAnswer) -> ApprovalReceipt:
+        await self._decide_approval(answer)
+        return ApprovalReceipt(approval_id=answer.approval_id, decision=answer.decision)
+
+    @answer_approval.validator
+    def _validate_approval(self, answer: ApprovalAnswer) -> None:
+        request = self._waiting_approval(answer.approval_id)
+        if request is None:
+            waiting = ", ".join(r.approval_id for r in self.state.approvals) or "none"
+            raise AnswerRejected(
+                f"task {self.data.task_id} has no tool call waiting for approval "
+                f"{answer.approval_id!r} (waiting: {waiting}); check "
+                f"`errands status {self.data.task_id}`"
+            )
+        if answer.decision == "approve_always" and request.policy != "ask":
+            raise AnswerRejected(
+                f"{request.tool} asks before every call (approval 'always'): approve this call "
+                "once, or deny it"
+            )
+
+    @workflow.signal(name="submit_approval")
+    async def submit_approval(self, payload: Any) -> None:
+        # Typed Any, as submit_answer: a payload that does not parse is recorded, not lost.
+        try:
+            answer = ApprovalAnswer.model_validate(payload)
+            self._validate_approval(answer)
+        except (AnswerRejected, ValueError) as error:
+            self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
+            workflow.logger.warning("ignored an invalid approval signal: %s", error)
+            return
+        await self._decide_approval(answer)
+
+    def _waiting_approval(self, approval_id: str) -> ApprovalRequest | None:
+        return next((r for r in self.state.approvals if r.approval_id == approval_id), None)
+
+    async def _decide_approval(self, answer: ApprovalAnswer) -> None:
+        """Deliver the user's verdict to the waiting call, remembering approve-always."""
+        request = self._waiting_approval(answer.approval_id)
+        if request is None:  # answered meanwhile, by another update or signal
+            return
+        self._drop_approval(request.approval_id)
+        if answer.decision == "approve_always":
+            await store_call(
+                SessionActivities.remember_approval,
+                RememberApprovalInput(session_id=self.data.session_id, tool=request.tool),
+            )
+        denial = None
+        if answer.decision == "deny":
+            denial = approvals.denied(request.tool, answer.reason)
+        verdict = Verdict(approval_id=request.approval_id, denial=denial)
+        if request.requester == workflow.info().workflow_id:
+            self._verdicts.put(verdict)
+        else:
+            await workflow.get_external_workflow_handle(request.requester).signal(
+                VERDICT_SIGNAL, verdict
+            )
+
+    async def _approve(self, need: ApprovalNeed, step: int) -> str | None:
+        """Put one of the main agent's calls to the user and wait: None when approved, else
+        the text the model reads."""
+        settings = self.data.settings
+        if self.data.headless:
+            return approvals.headless(need.tool)
+        request = request_for(need, step, "main", settings.ask_timeout_hours)
+        self._add_approval(request)
+        verdict = await self._verdicts.wait(request, settings.ask_timeout_hours)
+        if verdict is None:
+            self._drop_approval(request.approval_id)
+            return approvals.timed_out(need.tool, settings.ask_timeout_hours)
+        return verdict.denial
+
+    def _add_approval(self, request: ApprovalRequest) -> None:
+        if self._waiting_approval(request.approval_id) is None:
+            self.state.approvals.append(request)
+        self._show_approvals()
+
+    def _drop_approval(self, approval_id: str) -> None:
+        self.state.approvals = [r for r in self.state.approvals if r.approval_id != approval_id]
+        self._show_approvals()
+
+    def _show_approvals(self) -> None:
+        """While a call waits for approval the task waits for the user; then it runs again."""
+        waiting = self.state.approvals
+        if waiting and self._status == "running":
+            self._phase_before_approval = self._phase
+            self._set_state("waiting_for_user", f"waiting for approval of {waiting[0].tool}")
+        elif not waiting and self._phase_before_approval is not None:
+            phase, self._phase_before_approval = self._phase_before_approval, None
+            if self._status == "waiting_for_user" and not self._question.open:
+                self._set_state("running", phase)
 
     # -- side questions: answered beside the task, never touching it ---------------------------
 
@@ -195,6 +322,7 @@ class TaskWorkflow:
             round=state.round,
             phase=self._phase,
             pending_question=self.pending_question(),
+            pending_approval=self.pending_approval(),
             answer_errors=state.answer_errors[-5:],
             last_round=state.last_round,
             side_question_model=data.side_question_model or data.model,
@@ -203,7 +331,7 @@ class TaskWorkflow:
 
     async def _round_loop(self) -> None:
         state = self.state
-        decider = RoundDecider(self.data, state)
+        decider = RoundDecider(self.data, state, self._approve)
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None
