@@ -28,7 +28,8 @@ class ProgressEvent:
     """Unique within the task: the SSE id, so a reconnecting client resumes after it."""
     type: str
     """``round_started``, ``waiting_for_user``, ``question_answered``, ``delegated``,
-    ``branch_finished``, ``phase``; ``unavailable`` while the task cannot be read (no worker,
+    ``branch_finished``, ``approval_requested``, ``approval_answered``, ``phase``;
+    ``unavailable`` while the task cannot be read (no worker,
     Temporal down; ``data["detail"]`` says why); last ``replied``, ``failed`` or ``canceled``,
     whose ``data`` is the task's result as JSON."""
     data: dict[str, Any]
@@ -52,6 +53,8 @@ class Snapshot:
     round: int
     phase: str = ""
     pending: dict[str, Any] | None = None
+    approval: dict[str, Any] | None = None
+    """The tool call waiting for approval (``pending_approval`` of the status)."""
     state: dict[str, Any] = field(default_factory=dict)
     """The task's result as JSON (what ``TaskResult.public`` gives); sent with the last event."""
     rows: list[StoredMessage] = field(default_factory=list)
@@ -68,6 +71,7 @@ class Tracker:
     def __init__(self) -> None:
         self._emitted: set[str] = set()
         self._questions: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._approvals: dict[str, int] = {}
         self._phase = ""
         self._phases = 0
         self._outages = 0
@@ -134,6 +138,22 @@ class Tracker:
                             "text": _cut(row.text),
                         },
                     )
+        if snap.approval is not None:
+            approval_id = snap.approval["approval_id"]
+            self._approvals.setdefault(approval_id, snap.round)
+            emit(
+                f"approval:{approval_id}",
+                "approval_requested",
+                {"round": snap.round, "approval": snap.approval},
+            )
+        waiting = snap.approval["approval_id"] if snap.approval else None
+        for approval_id, asked_in in self._approvals.items():
+            if approval_id != waiting:
+                emit(
+                    f"approval:{approval_id}:answered",
+                    "approval_answered",
+                    {"round": asked_in, "approval_id": approval_id},
+                )
         if snap.ended:
             emit("end", snap.status, snap.state)
         elif snap.phase and snap.phase != self._phase:

@@ -25,6 +25,8 @@ from errands.settings import Settings
 from errands.store import SessionStore, open_store
 from worker import build_worker
 
+pytest_plugins = ["tests.mcp_notes"]  # the MCP notes servers and workers that call them
+
 ROOT = Path(__file__).resolve().parent.parent
 OPENAI_KEY = "sk-test-openai-" + "k3y" * 6
 ANTHROPIC_KEY = "sk-ant-test-" + "s3cr3t" * 4

@@ -23,6 +23,7 @@ from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
 from tests.helpers import Conversation
+from tests.mcp_notes import Servers
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "web-page"
@@ -175,4 +176,54 @@ async def test_the_page_starts_a_task_shows_its_branches_takes_an_answer_and_sho
         "It compared three cities and asked you two questions."
     )
     await snap(page, "5-side-question")
+    assert errors == [], errors
+
+
+async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_with_a_reason(
+    client: Client,
+    store: SessionStore,
+    browser: Browser,
+    scripted: ScriptedModelServer,
+    asking_worker: Settings,
+    servers: Servers,
+) -> None:
+    def main_agent(request: RecordedRequest) -> Reply:
+        results = [m for m in request.body["messages"] if m["role"] == "tool"]
+        if not results:
+            return Reply(
+                text="I will note this down.",
+                calls=[Call("mcp__web__write", {"name": "web-page", "text": "from the page"})],
+            )
+        return Reply(calls=[Call("final_reply", {"text": results[-1]["content"][:60]})])
+
+    scripted.script("gpt-tools", main_agent, main_agent)
+    app = create_app(ErrandsClient(client, asking_worker, store=store), token=None)
+    expect.set_options(timeout=TIMEOUT_MS)
+    async with serving(app) as url:
+        page = await browser.new_page(viewport={"width": 1100, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.goto(url)
+        await page.get_by_test_id("session").fill(f"web-approval-{uuid.uuid4().hex[:6]}")
+        await page.get_by_test_id("task-text").fill("Note this down")
+        await page.get_by_text("Options").click()
+        await page.get_by_test_id("model").fill("openai:gpt-tools")
+        await page.get_by_test_id("start").click()
+
+        card = page.get_by_test_id("approval")
+        await expect(card).to_be_visible()
+        await expect(page.get_by_test_id("task-status")).to_have_text("waiting for user")
+        await expect(page.get_by_test_id("approval-tool")).to_have_text("mcp__web__write")
+        await expect(page.get_by_test_id("approval-why")).to_have_text("I will note this down.")
+        await expect(page.get_by_test_id("approval-arguments")).to_contain_text("from the page")
+        await expect(page.get_by_test_id("approval-always")).to_be_visible()
+        await snap(page, "6-approval")
+        await page.get_by_test_id("approval-reason").fill("not from the web page")
+        await page.get_by_test_id("approval-deny").click()
+
+        await expect(card).to_be_hidden()
+        await expect(page.get_by_test_id("task-status")).to_have_text("replied")
+        await expect(page.get_by_test_id("reply")).to_contain_text("Not approved: the user denied")
+        await snap(page, "7-approval-denied")
+    assert not (servers.web / "web-page.txt").exists()
     assert errors == [], errors

@@ -16,11 +16,10 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import (
     Client,
@@ -31,80 +30,30 @@ from temporalio.client import (
 
 from errands import ids
 from errands.approvals import ApprovalAnswer, ApprovalReceipt
+from errands.client import Client as ErrandsClient
 from errands.contracts import NewMessage
-from errands.devserver import DevServer, free_port
+from errands.devserver import DevServer
+from errands.errors import TaskEnded
+from errands.gateway import create_app, serving
 from errands.routing import ModelRouter
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
 from errands.store import SessionStore
 from errands.workflow_io import RoundSettings, TaskResult
+from tests.conftest import run_cli
 from tests.helpers import Conversation, keep_history, start_task
-from tests.mcp_notes import ROOT, notes_command, start_listening, stop
+from tests.mcp_notes import BIG, TOKEN, Servers
 from tests.test_worker_crash import spawn_worker, worker_env
 from worker import build_worker
 
 MODEL = "openai:gpt-tools"
-TOKEN = "notes-token-" + "k" * 24
-BIG = "".join(
-    f"line {n:04d} of the big note, kept in the store and never in history\n" for n in range(60)
-)
 CALL = re.compile(r"call (\S+) (\{.*\})", re.DOTALL)
-
-
-@dataclass
-class Servers:
-    files: Path
-    """The stdio server's notes (a process per session)."""
-    web: Path
-    """The HTTP server's notes."""
-    config: dict[str, Any]
-    """ERRANDS_MCP_SERVERS for both."""
-
-
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    files = tmp_path_factory.mktemp("files-notes")
-    web = tmp_path_factory.mktemp("web-notes")
-    (files / "big.txt").write_text(BIG)
-    port = free_port()
-    process = start_listening(
-        notes_command(web, "--http", str(port), "--token", TOKEN), port, web.parent / "web.log"
-    )
-    config = {
-        "files": {"command": notes_command(files), "cwd": str(ROOT)},
-        "web": {
-            "url": f"http://127.0.0.1:{port}/mcp",
-            "headers": {"Authorization": f"Bearer {TOKEN}"},
-        },
-    }
-    try:
-        yield Servers(files, web, config)
-    finally:
-        stop(process)
 
 
 def writes(notes: Path, log: Path | None = None) -> list[dict[str, Any]]:
     """The server's record of the writes it made (or, given ``log``, of that log)."""
     path = log or notes / "writes.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-@pytest.fixture
-async def tools_worker(
-    client: Client, settings: Settings, store: SessionStore, servers: Servers
-) -> AsyncIterator[Settings]:
-    """A worker of its own whose agents may call both notes servers (and one that is down)."""
-    down = {"url": f"http://127.0.0.1:{free_port()}/mcp", "timeout_seconds": 5}
-    own = settings.model_copy(
-        update={
-            "task_queue": f"tools-{uuid.uuid4().hex[:6]}",
-            "mcp_servers": json.dumps({**servers.config, "down": down}),
-        }
-    )
-    router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
-        yield own
-    await router.aclose()
 
 
 def tool_results(request: RecordedRequest) -> list[dict[str, Any]]:
@@ -479,24 +428,6 @@ async def test_the_main_agent_calls_tools_of_one_step_at_once_and_reads_their_re
 # -- approvals ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def asking_worker(
-    client: Client, settings: Settings, store: SessionStore, servers: Servers
-) -> AsyncIterator[Settings]:
-    """The web server's `write` asks before it runs; `search` asks before every call."""
-    web = {**servers.config["web"], "approval": {"write": "ask", "search": "always"}}
-    own = settings.model_copy(
-        update={
-            "task_queue": f"tools-ask-{uuid.uuid4().hex[:6]}",
-            "mcp_servers": json.dumps({"web": web}),
-        }
-    )
-    router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
-        yield own
-    await router.aclose()
-
-
 async def pending_approval(handle: WorkflowHandle[Any, TaskResult]) -> dict[str, Any]:
     async with asyncio.timeout(60):
         while True:
@@ -675,7 +606,7 @@ async def test_the_main_agents_call_that_asks_every_time_waits_and_can_be_denied
         seen.append(request)
         results = tool_results(request)
         if not results:
-            return Reply(text="Let me search.", calls=[Call("mcp__web__search", {"query": "x"})])
+            return Reply(text="Let me search.", calls=[Call("mcp__web__search", {"query": "qqq"})])
         return Reply(calls=[Call("final_reply", {"text": results[-1]["content"][:80]})])
 
     scripted.script("gpt-tools", main_agent, main_agent)
@@ -692,3 +623,59 @@ async def test_the_main_agents_call_that_asks_every_time_waits_and_can_be_denied
 
     assert result.reply is not None
     assert result.reply.startswith("ERROR: Not approved: the user denied this call")
+
+
+async def test_the_cli_the_gateway_and_the_client_answer_approvals(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+    asking_worker: Settings,
+    cli_env: dict[str, str],
+) -> None:
+    """Three steps of the main agent, each a `search` (approval "always"): approved with
+    `errands approve`, denied through POST /v1/tasks/{id}/approval, approved with Client."""
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        done = len(tool_results(request))
+        if done < 3:
+            return Reply(text=f"Search {done}.", calls=[Call("mcp__web__search", {"query": "qqq"})])
+        said = " | ".join(r["content"][:30] for r in tool_results(request))
+        return Reply(calls=[Call("final_reply", {"text": said})])
+
+    scripted.script("gpt-tools", *[main_agent] * 4)
+    handle = await start(asking_worker, client, "Search three times.")
+    errands_client = ErrandsClient(client, asking_worker, store=store)
+
+    first = await pending_approval(handle)
+    shown = await run_cli(cli_env, "status", handle.id)
+    assert "mcp__web__search (main) waits for your approval:" in shown.stdout
+    assert f"approve with: errands approve {handle.id}\n" in shown.stdout
+    approved = await run_cli(cli_env, "approve", handle.id, "--json")
+    assert approved.code == 0, approved.stderr
+    assert approved.json()["approval_id"] == first["approval_id"]
+
+    second = await pending_approval(handle)
+    assert second["approval_id"] != first["approval_id"]
+    app = create_app(errands_client, token=None)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        stale = await http.post(
+            f"/v1/tasks/{handle.id}/approval",
+            json={"decision": "approve", "approval_id": first["approval_id"]},
+        )
+        assert stale.status_code == 409, stale.text
+        denied = await http.post(
+            f"/v1/tasks/{handle.id}/approval", json={"decision": "deny", "reason": "enough"}
+        )
+        assert denied.status_code == 200, denied.text
+
+    third = await pending_approval(handle)
+    receipt = await errands_client.task(handle.id).approve()
+    assert receipt.approval_id == third["approval_id"]
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    ran, refused, ran_again = (result.reply or "").split(" | ")
+    assert ran == ran_again == "no notes match"
+    assert refused.startswith("ERROR: Not approved: the user")
+    with pytest.raises(TaskEnded, match="there is no tool call to approve"):
+        await errands_client.task(handle.id).deny()

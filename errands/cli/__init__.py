@@ -117,6 +117,24 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument("--json", action="store_true")
     answer.set_defaults(handler=commands.answer)
 
+    approve = sub.add_parser("approve", help="let a task's tool call waiting for approval run")
+    approve.add_argument("task")
+    approve.add_argument(
+        "--always",
+        action="store_true",
+        help="also every later call of that tool in the session (tools whose approval is ask)",
+    )
+    approve.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
+    approve.add_argument("--json", action="store_true")
+    approve.set_defaults(handler=commands.approve)
+
+    deny = sub.add_parser("deny", help="refuse a task's tool call waiting for approval")
+    deny.add_argument("task")
+    deny.add_argument("--reason", help="why; the agent reads it")
+    deny.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
+    deny.add_argument("--json", action="store_true")
+    deny.set_defaults(handler=commands.deny)
+
     cancel = sub.add_parser("cancel", help="cancel a running task")
     cancel.add_argument("task")
     cancel.add_argument("--json", action="store_true")

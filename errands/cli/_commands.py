@@ -117,6 +117,31 @@ async def answer(args: argparse.Namespace) -> int:
     return 0
 
 
+async def approve(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    async with stack(settings, need_worker_here=False) as client:
+        receipt = await client.task(args.task).approve(
+            always=args.always, approval_id=args.approval_id
+        )
+    if args.json:
+        print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
+    else:
+        always = " (and its later calls in this session)" if args.always else ""
+        print(f"{args.task}: tool call approved{always}; the task goes on")
+    return 0
+
+
+async def deny(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    async with stack(settings, need_worker_here=False) as client:
+        receipt = await client.task(args.task).deny(args.reason, approval_id=args.approval_id)
+    if args.json:
+        print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
+    else:
+        print(f"{args.task}: tool call denied; the agent is told and goes on without it")
+    return 0
+
+
 async def cancel(args: argparse.Namespace) -> int:
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:

@@ -1,5 +1,6 @@
 """Following a task on the terminal until it ends: its phases, its questions (a picker on a
-terminal, the ``errands answer`` command otherwise), and a worker that does not answer."""
+terminal, the ``errands answer`` command otherwise), the tool calls waiting for approval (with
+the commands that answer them), and a worker that does not answer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import sys
 from typing import Any
 
-from errands.cli._output import note, question_text
+from errands.cli._output import approval_text, note, question_text
 from errands.client import TaskHandle
 from errands.errors import Refused
 from errands.picker import pick_answer
@@ -37,6 +38,9 @@ async def follow(handle: TaskHandle, *, timeout: float | None, progress: bool) -
                     shown_question = pending["id"]
                     shown = question_text(handle.task_id, pending)
                     note(shown + "\n(still waiting for the answer)")
+            elif event.type == "approval_requested":
+                shown = approval_text(handle.task_id, event.data["approval"])
+                note(shown + "\n(still waiting for the approval)")
     raise AssertionError("a task's progress ends with its result")  # pragma: no cover
 
 

@@ -1,4 +1,5 @@
-"""What the CLI prints: a task's state, a pending question with the command that answers it."""
+"""What the CLI prints: a task's state, a pending question or approval with the commands that
+answer it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def print_state(state: dict[str, Any], as_json: bool) -> None:
     print(f"{state['task_id']}: {state['status']}")
     if state.get("pending_question"):
         print(question_text(state["task_id"], state["pending_question"]))
+    if state.get("pending_approval"):
+        print(approval_text(state["task_id"], state["pending_approval"]))
     if state.get("reply"):
         print(state["reply"])
     if state.get("error"):
@@ -46,6 +49,19 @@ def question_text(task_id: str, pending: dict[str, Any]) -> str:
         example.append(f"{q['id']}={offered[0]['label'] if offered else '<your answer>'}")
     lines.append(f"answer with: {shlex.join(['errands', 'answer', task_id, *example])}")
     lines.append("  (or --dismiss to choose nothing, --cancel to withdraw the question)")
+    return "\n".join(lines)
+
+
+def approval_text(task_id: str, pending: dict[str, Any]) -> str:
+    """A tool call waiting for approval (``pending_approval`` of the status), with the commands
+    that answer it."""
+    lines = [f"{pending['tool']} ({pending['where']}) waits for your approval:"]
+    if pending.get("why"):
+        lines.append(f"    why: {pending['why']}")
+    lines.append(f"    arguments: {pending['arguments']}")
+    always = " [--always]" if pending.get("can_approve_always") else ""
+    lines.append(f"approve with: errands approve {shlex.quote(task_id)}{always}")
+    lines.append(f"deny with:    errands deny {shlex.quote(task_id)} [--reason TEXT]")
     return "\n".join(lines)
 
 

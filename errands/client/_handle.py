@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 
 from errands import ids
 from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.approvals import ApprovalAnswer, ApprovalReceipt, Decision
 from errands.client._refusals import ending, innermost, kind_of, no_worker, refusal
 from errands.contracts import StoredMessage
 from errands.errors import (
@@ -188,6 +189,59 @@ class TaskHandle:
             if await self._query(description, "pending_question"):
                 raise AnswerRejected(f"answer rejected: {reason}") from None
             raise Conflict(f"answer rejected: {reason}") from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError as error:
+            raise await self._no_worker(description, str(error)) from None
+        except RPCError as error:
+            raise self._ended_meanwhile(error) from None
+
+    async def approve(
+        self, *, always: bool = False, approval_id: str | None = None
+    ) -> ApprovalReceipt:
+        """Let the tool call waiting for approval run; ``always``: every later call of that
+        tool in the session too (tools whose approval is ``ask``). ``approval_id``: refuse
+        unless that call is the one waiting."""
+        decision: Decision = "approve_always" if always else "approve"
+        return await self._answer_approval(decision, None, approval_id)
+
+    async def deny(
+        self, reason: str | None = None, *, approval_id: str | None = None
+    ) -> ApprovalReceipt:
+        """Refuse the tool call waiting for approval; the model reads ``reason``."""
+        return await self._answer_approval("deny", reason, approval_id)
+
+    async def _answer_approval(
+        self, decision: Decision, reason: str | None, approval_id: str | None
+    ) -> ApprovalReceipt:
+        description = await self._running("there is no tool call to approve")
+        pending = await self._query(description, "pending_approval")
+        if not pending:
+            raise Conflict(
+                f"task {self.task_id} has no tool call waiting for approval; its status shows "
+                "what it is doing"
+            )
+        if approval_id and approval_id != pending["approval_id"]:
+            raise Conflict(
+                f"this answer is for approval {approval_id!r}, but the call waiting now is "
+                f"{pending['approval_id']!r} ({pending['tool']}); read it again and answer "
+                "that one"
+            )
+        answer = ApprovalAnswer(
+            approval_id=pending["approval_id"], decision=decision, reason=reason
+        )
+        handle = self._temporal.get_workflow_handle(self.task_id)
+        try:
+            receipt: ApprovalReceipt = await handle.execute_update(
+                "answer_approval",
+                answer,
+                result_type=ApprovalReceipt,
+                rpc_timeout=timedelta(seconds=self._client.query_timeout),
+            )
+            return receipt
+        except WorkflowUpdateFailedError as error:
+            reason = innermost(error)
+            if await self._query(description, "pending_approval"):
+                raise AnswerRejected(f"approval answer rejected: {reason}") from None
+            raise Conflict(f"approval answer rejected: {reason}") from None
         except WorkflowUpdateRPCTimeoutOrCancelledError as error:
             raise await self._no_worker(description, str(error)) from None
         except RPCError as error:
@@ -365,6 +419,7 @@ class TaskHandle:
                 round=live.round,
                 phase=live.phase,
                 pending=live.pending_question,
+                approval=live.pending_approval,
                 state=live.public(),
                 rows=rows,
             )

@@ -22,6 +22,8 @@ from errands.gateway._models import (
     TASK_PATTERN,
     AnswerAccepted,
     AnswerRequest,
+    ApprovalAccepted,
+    ApprovalRequestBody,
     CancelRequested,
     MessageOut,
     Messages,
@@ -126,6 +128,22 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         return AnswerAccepted(
             task_id=task_id, question_set_id=receipt.question_set_id, status=receipt.status
         )
+
+    @app.post(
+        "/v1/tasks/{task_id}/approval",
+        response_model=ApprovalAccepted,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Approve or deny the task's tool call waiting for approval",
+    )
+    async def approval(task_id: TaskId, body: ApprovalRequestBody) -> ApprovalAccepted:
+        task = client.task(task_id)
+        if body.decision == "deny":
+            receipt = await task.deny(body.reason, approval_id=body.approval_id)
+        else:
+            always = body.decision == "approve_always"
+            receipt = await task.approve(always=always, approval_id=body.approval_id)
+        return ApprovalAccepted(task_id=task_id, **receipt.model_dump())
 
     @app.post(
         "/v1/tasks/{task_id}/btw",

@@ -57,6 +57,24 @@ class AnswerRequest(_Request):
         return self
 
 
+class ApprovalRequestBody(_Request):
+    """The answer to the tool call waiting for approval (as ``errands approve`` / ``deny``)."""
+
+    decision: Literal["approve", "approve_always", "deny"]
+    reason: str | None = Field(
+        default=None, max_length=2_000, description="Why it is denied; the agent reads it."
+    )
+    approval_id: str | None = Field(
+        default=None, description="The waiting call's id; default: the one waiting now."
+    )
+
+
+class ApprovalAccepted(BaseModel):
+    task_id: str
+    approval_id: str
+    decision: str
+
+
 class SideQuestionRequest(_Request):
     question: str = Field(max_length=10_000, description="What you want to know.")
 

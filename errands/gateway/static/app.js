@@ -1,4 +1,4 @@
-// The errands page: start a task, follow its progress stream, answer its questions.
+// The errands page: start a task, follow its progress stream, answer its questions and approvals.
 // Plain DOM, no build step; every text from the server is set with textContent, never as HTML.
 "use strict";
 
@@ -163,6 +163,15 @@ function apply(watch, type, data) {
     case "question_answered":
       hideQuestion();
       note(data.round, "your answer was taken");
+      setStatus("running");
+      break;
+    case "approval_requested":
+      setStatus("waiting_for_user");
+      note(data.round, `asks to run ${data.approval.tool}`);
+      showApproval(data.approval);
+      break;
+    case "approval_answered":
+      hideApproval(data.approval_id);
       setStatus("running");
       break;
     case "delegated":
@@ -368,6 +377,43 @@ async function sendAnswer(status, answers) {
   }
 }
 
+// -- approvals ---------------------------------------------------------------------------
+
+function showApproval(approval) {
+  const form = $("approval");
+  form.dataset.approvalId = approval.approval_id;
+  $("approval-tool").textContent = approval.tool;
+  $("approval-where").textContent = approval.where === "main" ? "(the main agent)" : `(${approval.where})`;
+  $("approval-why").textContent = approval.why || "";
+  $("approval-arguments").textContent = approval.arguments;
+  $("approval-always").hidden = !approval.can_approve_always;
+  $("approval-reason").value = "";
+  $("approval-error").textContent = "";
+  form.hidden = false;
+}
+
+function hideApproval(approvalId) {
+  const form = $("approval");
+  if (!approvalId || form.dataset.approvalId === approvalId) form.hidden = true;
+}
+
+async function sendApproval(decision) {
+  const form = $("approval");
+  $("approval-error").textContent = "";
+  const reason = $("approval-reason").value.trim();
+  try {
+    await api("POST", `/v1/tasks/${encodeURIComponent(current.id)}/approval`, {
+      approval_id: form.dataset.approvalId,
+      decision,
+      reason: decision === "deny" && reason ? reason : null,
+    });
+    hideApproval(form.dataset.approvalId);
+    setStatus("running");
+  } catch (error) {
+    $("approval-error").textContent = error.message;
+  }
+}
+
 // -- side questions, cancel, the conversation ----------------------------------------------
 
 async function askSide(event) {
@@ -434,6 +480,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("question").addEventListener("submit", (e) => { e.preventDefault(); sendAnswer("answered", collectAnswers()); });
   $("answer-dismiss").addEventListener("click", () => sendAnswer("answered", {}));
   $("answer-cancel").addEventListener("click", () => sendAnswer("cancelled", {}));
+  $("approval-approve").addEventListener("click", () => sendApproval("approve"));
+  $("approval-always").addEventListener("click", () => sendApproval("approve_always"));
+  $("approval-deny").addEventListener("click", () => sendApproval("deny"));
   $("btw-form").addEventListener("submit", askSide);
   $("cancel").addEventListener("click", cancelTask);
   $("refresh").addEventListener("click", loadConversation);
