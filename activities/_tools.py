@@ -128,11 +128,12 @@ class McpTools:
         try:
             tools = await mcp_client.list_tools(config, timeout=config.timeout_seconds, server=name)
         except (ConnectionError, TimeoutError) as error:
-            return PinnedServer(for_=config.for_, error=str(error))
+            return PinnedServer.model_validate({"for": config.for_, "error": str(error)})
         except Exception as error:  # noqa: BLE001 - a broken server must not fail the task
-            return PinnedServer(for_=config.for_, error=f"{type(error).__name__}: {error}")
+            failed = f"{type(error).__name__}: {error}"
+            return PinnedServer.model_validate({"for": config.for_, "error": failed})
         asked = {name: policy for name, policy in config.approval.items() if policy != "never"}
-        return PinnedServer(tools=tools, for_=config.for_, approval=asked)
+        return PinnedServer.model_validate({"tools": tools, "for": config.for_, "approval": asked})
 
     async def call(
         self, offered: OfferedTool, arguments: dict[str, object], *, key: str, timeout: float

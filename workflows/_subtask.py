@@ -133,7 +133,9 @@ class SubtaskWorkflow:
             except asyncio.CancelledError:
                 # Every call of the step gets a result, so the thread never holds a call without
                 # one; a call that already has its result keeps it.
-                cancelled = dict.fromkeys(range(out.tool_calls), prompts.TOOL_CANCELLED)
+                cancelled: dict[int, str | None] = dict.fromkeys(
+                    range(out.tool_calls), prompts.TOOL_CANCELLED
+                )
                 await self._run_tools(data, step, out.tool_calls, cancelled)
                 raise
         else:
