@@ -7,11 +7,12 @@ and a side question's answer goes back to whoever asked it, never into the sessi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._context import ContextFitter
+from activities._context import ContextFitter, SessionView
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from errands import side_questions
@@ -24,31 +25,40 @@ from errands.activity_io import (
 )
 from errands.advisor import advice_result, advisor_request
 from errands.contracts import Message, ModelRequest, ModelUsage, Usage
+from errands.reading import NONE
 from errands.routing import ModelRouter
 from errands.store import SessionStore
-from errands.subtask_types import SubtaskType
+from errands.subtask_types import SubtaskType, WorkTool
 
 
 class ConsultActivities:
     def __init__(
-        self, store: SessionStore, router: ModelRouter, types: dict[str, SubtaskType]
+        self,
+        store: SessionStore,
+        router: ModelRouter,
+        types: dict[str, SubtaskType],
+        main_tools: Sequence[WorkTool] = (),
     ) -> None:
         self._store = store
         self._router = router
         self._types = types
+        self._main_tools = list(main_tools)
         self._fitter = ContextFitter(store, router)
+
+    def _build(
+        self, step: RoundStepInput, previews: int = NONE
+    ) -> tuple[ModelRequest, int, SessionView]:
+        return round_request(self._store, self._types, step, previews, self._main_tools)
 
     async def _round_request(self, step: RoundStepInput) -> ModelRequest:
         """The round's request as the round rendered it: from the same summary, with the same
         previews, compacting nothing (for a step from before views were pinned, the previews
         are decided again on the round's model)."""
         if step.view is not None:
-            request, _, _ = await asyncio.to_thread(round_request, self._store, self._types, step)
+            request, _, _ = await asyncio.to_thread(self._build, step)
             return request
         fitting = self._fitter.fitting(
-            step.model,
-            lambda previews: round_request(self._store, self._types, step, previews),
-            compact=False,
+            step.model, lambda previews: self._build(step, previews), compact=False
         )
         request, _ = await fitting.fit()
         return request

@@ -4,6 +4,7 @@ the SDK clients have theirs off, and provider errors are classified once at this
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -46,12 +47,15 @@ class ModelActivities:
         router: ModelRouter,
         types: dict[str, SubtaskType],
         mcp_tools: McpTools | None = None,
+        main_tools: Sequence[WorkTool] = (),
     ) -> None:
         self._store = store
         self._router = router
         self._types = types
         self._fitter = ContextFitter(store, router)
         self._mcp = mcp_tools if mcp_tools is not None else McpTools(store, {})
+        self._main_tools = {t.spec.name: t for t in main_tools}
+        """The main agent's Python tools, by name."""
 
     @activity.defn(name="round_step")
     async def round_step(self, data: RoundStepInput) -> RoundStepOutput:
@@ -59,12 +63,16 @@ class ModelActivities:
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
         offered: list[OfferedTool] = []
+        work_tools: list[str] = []
         if data.work_tools and data.final_reason is None:
             # Listed (and pinned) before the request is built: round_request reads the pin.
             pinned = await self._pinned(data.task_id, MAIN)
             offered = pinned.offered(MAIN) if pinned is not None else []
+            work_tools = [*self._main_tools, *(t.name for t in offered)]
+        main_tools = list(self._main_tools.values())
         fitting = self._fitter.fitting(
-            data.model, lambda previews: round_request(self._store, self._types, data, previews)
+            data.model,
+            lambda previews: round_request(self._store, self._types, data, previews, main_tools),
         )
         response, catalog_size = await fitting.complete(self._router)
         approvals = await asyncio.to_thread(
@@ -81,7 +89,7 @@ class ModelActivities:
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
             view=fitting.pinned(),
-            work_tools=[t.name for t in offered],
+            work_tools=work_tools,
             approvals=approvals,
         )
 
@@ -288,7 +296,8 @@ class ModelActivities:
         if isinstance(arguments, str):
             return f"{call.name}: {arguments}; call {call.name} again.", True
         if call.name in tools:
-            return await self._run_python(tools[call.name], call.name, arguments, data)
+            tool = tools[call.name]
+            return await self._run_python(tool, call.name, arguments, data.timeout_seconds)
         return await self._call_mcp(
             offered[call.name], arguments, key, data.timeout_seconds, data.max_attempts
         )
@@ -350,6 +359,12 @@ class ModelActivities:
         return RunToolOutput(ok=not is_error, chars=len(text))
 
     async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:
+        python = self._main_tools.get(data.call.name)
+        if python is not None:
+            arguments = arguments_of(data.call.arguments)
+            if isinstance(arguments, str):
+                return f"{data.call.name}: {arguments}; call {data.call.name} again.", True
+            return await self._run_python(python, data.call.name, arguments, data.timeout_seconds)
         pinned = await self._pinned(data.task_id, MAIN)
         offered = {t.name: t for t in pinned.offered(MAIN)} if pinned else {}
         tool = offered.get(data.call.name)
@@ -364,15 +379,15 @@ class ModelActivities:
 
     @staticmethod
     async def _run_python(
-        tool: WorkTool, name: str, arguments: dict[str, object], data: RunToolInput
+        tool: WorkTool, name: str, arguments: dict[str, object], timeout: float
     ) -> tuple[str, bool]:
         """A Python tool's text; its exception, or its running out of time, as an error."""
-        scope = asyncio.timeout(data.timeout_seconds)
+        scope = asyncio.timeout(timeout)
         try:
             async with scope:
                 return await tool(arguments), False
         except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
             if scope.expired():
-                limit = f"it did not finish within {data.timeout_seconds:g} s"
+                limit = f"it did not finish within {timeout:g} s"
                 return prompts.tool_timed_out(name, limit), True
             return f"{name} failed: {type(error).__name__}: {error}", True

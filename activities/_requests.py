@@ -4,6 +4,7 @@ messages (the side question's prompt-cache parity depends on it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from activities._context import SessionView, session_view
@@ -18,7 +19,7 @@ from errands.contracts import Message, ModelRequest
 from errands.control import delegate_spec, final_reply_spec
 from errands.reading import NONE, READ_MESSAGE, read_message_spec
 from errands.store import SessionStore
-from errands.subtask_types import SubtaskType
+from errands.subtask_types import SubtaskType, WorkTool
 
 
 def round_request(
@@ -26,6 +27,7 @@ def round_request(
     types: dict[str, SubtaskType],
     data: RoundStepInput,
     previews: int = NONE,
+    main_tools: Sequence[WorkTool] = (),
 ) -> tuple[ModelRequest, int, SessionView]:
     """The round's request, the size of its catalog, and the view of the session it renders
     (from the latest compaction summary on; bulky outputs as ``previews`` says).
@@ -45,6 +47,7 @@ def round_request(
         tools.append(ask_user_spec())
         if data.advisor:
             tools.append(advisor_spec())
+        tools += [t.spec for t in main_tools]  # the main agent's Python tools, then MCP's
         if pinned is not None:
             tools += [t.spec() for t in pinned.offered(MAIN)]
         if rendered.previewed or any(m.tool_name == READ_MESSAGE for m in data.extra):

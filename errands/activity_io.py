@@ -106,8 +106,8 @@ class RoundStepOutput(BaseModel):
     view: RoundView | None = None
     """What the request rendered, to pin on the round."""
     work_tools: list[str] = Field(default_factory=list)
-    """The MCP tools the step offered (``mcp__server__tool``): a call to one is run by
-    ``run_round_tool``."""
+    """The work tools beyond the built-ins the step offered (the main agent's Python tools and
+    MCP's ``mcp__server__tool``): a call to one is run by ``run_round_tool``."""
     approvals: list[ApprovalNeed] = Field(default_factory=list)
     """The step's MCP calls that wait for the user before they run."""
 
@@ -235,7 +235,8 @@ class RunToolInput(BaseModel):
 
 
 class RunRoundToolInput(BaseModel):
-    """One MCP call of the main agent; its result is stored under ``result_id``."""
+    """One call of the main agent to a Python or MCP tool; its result is stored under
+    ``result_id``."""
 
     task_id: str
     result_id: str

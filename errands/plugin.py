@@ -32,11 +32,11 @@ from temporalio.worker import Worker, WorkerConfig
 import workflows
 from activities import ConsultActivities, McpTools, ModelActivities, SessionActivities
 from errands.errors import ConfigError
-from errands.mcp import McpServerConfig, valid_server_name
+from errands.mcp import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
 from errands.store import SessionStore, open_store
-from errands.subtask_types import SubtaskType, load_types, unique_types
+from errands.subtask_types import SubtaskType, WorkTool, load_types, unique_types
 from errands.telemetry import LogContextInterceptor
 
 PLUGIN_NAME = "errands.ErrandsPlugin"
@@ -52,11 +52,12 @@ class ErrandsPlugin(SimplePlugin):
     """errands on a Temporal client, worker or replayer.
 
     ``subtask_types`` are added after the built-in ``general``, the ``errands.subtask_types``
-    entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one).
-    ``mcp_servers`` are added to ``ERRANDS_MCP_SERVERS`` the same way (a server of the same name
-    replaces the setting's). A ``store`` or ``router`` passed in is used by every worker and never
-    closed here; otherwise each worker gets its own, opened from ``settings`` and closed when the
-    worker stops.
+    entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one). ``tools``
+    are the main agent's own work tools (``errands.tool`` functions), offered after the
+    built-ins. ``mcp_servers`` are added to ``ERRANDS_MCP_SERVERS`` (a server of the same name
+    replaces the setting's). A ``store`` or ``router`` passed in is used by every worker and
+    never closed here; otherwise each worker gets its own, opened from ``settings`` and closed
+    when the worker stops.
     """
 
     def __init__(
@@ -64,12 +65,15 @@ class ErrandsPlugin(SimplePlugin):
         settings: Settings | None = None,
         *,
         subtask_types: Sequence[SubtaskType] = (),
+        tools: Sequence[WorkTool] = (),
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         store: SessionStore | None = None,
         router: ModelRouter | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         self._own_types = unique_types(subtask_types)
+        self.tools = main_tools(tools)
+        """The main agent's own work tools (Python functions)."""
         self.mcp_servers = {**self.settings.mcp(), **(mcp_servers or {})}
         """Every MCP server this plugin's workers may call, by name."""
         for name in self.mcp_servers:
@@ -121,7 +125,7 @@ class ErrandsPlugin(SimplePlugin):
         types = self.subtask_types()  # a bad type fails here, before a database is opened
         resources = _WorkerResources.open(self.settings, self._store, self._router)
         resources.activities = build_activities(
-            resources.store, resources.router, types, self.mcp_servers
+            resources.store, resources.router, types, self.mcp_servers, self.tools
         )
         self._unclaimed.append(resources)
         return [*(existing or []), *resources.activities]
@@ -169,12 +173,14 @@ def build_activities(
     router: ModelRouter,
     types: dict[str, SubtaskType],
     mcp_servers: Mapping[str, McpServerConfig] | None = None,
+    tools: Sequence[WorkTool] = (),
 ) -> list[Callable[..., Any]]:
-    """Every errands activity, bound to one store, one router, the installed types and the MCP
-    servers the agents may call."""
+    """Every errands activity, bound to one store, one router, the installed types, the MCP
+    servers the agents may call and the main agent's own tools."""
     session = SessionActivities(store, types)
-    models = ModelActivities(store, router, types, McpTools(store, mcp_servers or {}))
-    consult = ConsultActivities(store, router, types)
+    mcp = McpTools(store, mcp_servers or {})
+    models = ModelActivities(store, router, types, mcp, tools)
+    consult = ConsultActivities(store, router, types, tools)
     return [
         session.open_task,
         session.prepare_round,
@@ -194,6 +200,33 @@ def build_activities(
         consult.consult_advisor,
         consult.answer_side_question,
     ]
+
+
+RESERVED_TOOL_NAMES = frozenset({"final_reply", "delegate", "ask_user", "advisor", "read_message"})
+
+
+def main_tools(tools: Sequence[WorkTool]) -> list[WorkTool]:
+    """The main agent's tools, refused when a name is taken (by a built-in, MCP's ``mcp__``
+    names, or another tool)."""
+    seen: set[str] = set()
+    for tool in tools:
+        name = tool.spec.name
+        taken = (
+            "a built-in tool"
+            if name in RESERVED_TOOL_NAMES
+            else "MCP tools (mcp__server__tool)"
+            if name.startswith(TOOL_NAME_PREFIX)
+            else "another tool"
+            if name in seen
+            else None
+        )
+        if taken is not None:
+            raise ConfigError(
+                f"the main agent's tool {name!r} has a name taken by {taken}; give it another "
+                "with @errands.tool(name=...)"
+            )
+        seen.add(name)
+    return list(tools)
 
 
 def is_pydantic(converter: DataConverter) -> bool:

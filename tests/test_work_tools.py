@@ -27,7 +27,9 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.worker import Worker
 
+import errands
 from errands import ids
 from errands.approvals import ApprovalAnswer, ApprovalReceipt
 from errands.client import Client as ErrandsClient
@@ -35,6 +37,7 @@ from errands.contracts import NewMessage
 from errands.devserver import DevServer
 from errands.errors import TaskEnded
 from errands.gateway import create_app, serving
+from errands.plugin import ErrandsPlugin
 from errands.routing import ModelRouter
 from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
@@ -679,3 +682,62 @@ async def test_the_cli_the_gateway_and_the_client_answer_approvals(
     assert refused.startswith("ERROR: Not approved: the user")
     with pytest.raises(TaskEnded, match="there is no tool call to approve"):
         await errands_client.task(handle.id).deny()
+
+
+@errands.tool
+def exchange_rate(currency: str) -> float:
+    """Today's rate of one euro in ``currency``."""
+    rates = {"USD": 1.08, "GBP": 0.85}
+    if currency not in rates:
+        raise KeyError(f"no rate for {currency}")
+    return rates[currency]
+
+
+async def test_the_main_agents_python_tools_run_beside_its_mcp_tools(
+    client: Client, settings: Settings, store: SessionStore, servers: Servers, scripted: Any
+) -> None:
+    own = settings.model_copy(
+        update={
+            "task_queue": f"tools-main-{uuid.uuid4().hex[:6]}",
+            "mcp_servers": json.dumps({"files": servers.config["files"]}),
+        }
+    )
+    seen: list[RecordedRequest] = []
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        seen.append(request)
+        results = tool_results(request)
+        if not results:
+            return Reply(
+                calls=[
+                    Call("exchange_rate", {"currency": "USD"}),
+                    Call("exchange_rate", {"currency": "XYZ"}),
+                    Call("mcp__files__search", {"query": "big note"}),
+                ]
+            )
+        return Reply(
+            calls=[Call("final_reply", {"text": " | ".join(r["content"] for r in results)})]
+        )
+
+    scripted.script("gpt-tools", main_agent, main_agent)
+    router = ModelRouter(own)
+    plugin = ErrandsPlugin(own, tools=[exchange_rate], store=store, router=router)
+    async with Worker(client, task_queue=own.task_queue, plugins=[plugin]):
+        _, result = await run_task(client, own, "What is a euro in dollars?")
+    await router.aclose()
+
+    names = offered(seen[0])
+    assert names.index("exchange_rate") < names.index("mcp__files__search")
+    usd, unknown, found = (result.reply or "").split(" | ")
+    assert usd == "1.08"
+    assert unknown.startswith("ERROR: exchange_rate failed: KeyError")
+    assert found == "big"
+
+
+def test_a_main_agent_tool_may_not_take_a_built_in_name() -> None:
+    @errands.tool(name="delegate", description="Shadows the control tool.")
+    def shadow() -> str:
+        return ""
+
+    with pytest.raises(errands.ConfigError, match="'delegate' has a name taken by a built-in"):
+        ErrandsPlugin(tools=[shadow])

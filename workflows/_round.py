@@ -284,8 +284,8 @@ class RoundDecider:
                 # Pinned: the round's side questions and advisor render what its model saw.
                 step = step.model_copy(update={"view": out.view})
                 state.last_round = step
-            mcp_tools = set(out.work_tools) if follow_up else set()
-            work = {ADVISOR_TOOL, READ_MESSAGE, *mcp_tools} if follow_up else set()
+            step_tools = set(out.work_tools) if follow_up else set()
+            work = {ADVISOR_TOOL, READ_MESSAGE, *step_tools} if follow_up else set()
             decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
             if (
                 isinstance(decision, ToolCall)
@@ -328,8 +328,8 @@ class RoundDecider:
                 append_exchange(slot, decision, READ_MESSAGE, "", stored=result_id)
                 slot.extra[-1].is_error = is_error
                 continue
-            if isinstance(decision, ToolCall) and decision.name in mcp_tools:
-                calls = {i: c for i, c in enumerate(response.tool_calls) if c.name in mcp_tools}
+            if isinstance(decision, ToolCall) and decision.name in step_tools:
+                calls = {i: c for i, c in enumerate(response.tool_calls) if c.name in step_tools}
                 await self._run_tools(slot, calls, [n for n in out.approvals if n.index in calls])
                 continue
             if isinstance(decision, ToolCall):
