@@ -741,3 +741,53 @@ def test_a_main_agent_tool_may_not_take_a_built_in_name() -> None:
 
     with pytest.raises(errands.ConfigError, match="'delegate' has a name taken by a built-in"):
         ErrandsPlugin(tools=[shadow])
+
+
+async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_goes_on(
+    client: Client,
+    dev_server: DevServer,
+    database_url: str,
+    model_server: ScriptedModelServer,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    servers: Servers,
+) -> None:
+    queue = f"tools-died-{uuid.uuid4().hex[:6]}"
+    env = {
+        **worker_env(dev_server, queue, database_url, model_server),
+        "ERRANDS_MCP_SERVERS": json.dumps({"web": servers.config["web"]}),
+    }
+    Conversation(
+        delegating(call("mcp__web__write", name="died", text="one attempt", delay=2)),
+        told_branch,
+        branches=2,
+    ).install(scripted, "gpt-tools")
+    calls = servers.web / "calls.jsonl"
+    first = spawn_worker(env)
+    handle = await start_task(
+        client,
+        queue,
+        "Write the note, one attempt only.",
+        model=MODEL,
+        settings=RoundSettings(heartbeat_timeout_seconds=3, tool_max_attempts=1),
+    )
+    try:
+        await until(
+            lambda: any(c["name"] == "died" for c in writes(servers.web, calls)),
+            "the tool call to reach the server",
+        )
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    second = spawn_worker(env)
+    try:
+        result = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait()
+
+    assert result.status == "replied", result.error
+    (row,) = branch_rows(store, result)
+    assert "this tool could not be run (1 attempt failed" in row
+    assert "Heartbeat" in row or "heartbeat" in row.lower()
+    assert [c["name"] for c in writes(servers.web, calls)].count("died") == 1, "never retried"

@@ -424,7 +424,8 @@ class RoundDecider:
                 if not isinstance(outcome, ActivityError):
                     raise outcome
                 failure = describe(outcome, settings.tool_max_attempts)  # a cancel raises
-                detail = f"{failure.attempts} attempts failed: {settled(failure.message)}"
+                tries = "attempt" if failure.attempts == 1 else "attempts"
+                detail = f"{failure.attempts} {tries} failed: {settled(failure.message)}"
                 append_exchange(slot, call, call.name, prompts.tool_failed(call.name, detail))
                 slot.extra[-1].is_error = True
                 continue

@@ -7,6 +7,7 @@ so nothing but counters crosses this workflow's history. A long step loop contin
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -20,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         OpenBranchInput,
         RecordBranchInput,
         RunToolInput,
+        RunToolOutput,
     )
     from errands.approvals import ApprovalNeed, Verdict
     from errands.contracts import ModelUsage, UsageLedger
@@ -34,6 +36,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._failures import describe, settled
     from workflows._options import model_retry, run_is_long, store_call, tool_retry
+
+TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
+"""Patch: a tool call whose every attempt failed stores that as its result and the branch goes
+on. Branches from before failed there."""
 
 ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
 """Patch: the thread is opened by the first step and the row written by the last, instead of
@@ -177,32 +183,44 @@ class SubtaskWorkflow:
         data: SubtaskInput, step: int, calls: int, verdicts: dict[int, str | None]
     ) -> None:
         """The step's tool calls, all at once; a call with a verdict stores it instead of
-        running."""
-        thread_id = workflow.info().workflow_id
-        await asyncio.gather(
-            *(
-                workflow.execute_activity_method(
-                    ModelActivities.run_branch_tool,
-                    RunToolInput(
-                        thread_id=thread_id,
-                        step=step,
-                        call_index=i,
-                        subtask_type=data.subtask_type,
-                        task_id=data.task_id,
-                        timeout_seconds=data.tool_timeout_seconds,
-                        max_attempts=data.tool_max_attempts,
-                        verdict=verdicts.get(i),
-                    ),
-                    # The tool's own timeout fires first and is reported to the model; this one
-                    # stops an attempt whose worker hangs past it.
-                    start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
-                    heartbeat_timeout=timedelta(seconds=data.heartbeat_timeout_seconds),
-                    retry_policy=tool_retry(data.tool_max_attempts),
-                    summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
-                )
-                for i in range(calls)
+        running. A call whose every attempt failed (its worker kept dying) stores that as its
+        result, so the branch goes on and its thread holds no call without a result."""
+
+        def run(i: int, verdict: str | None) -> Awaitable[RunToolOutput]:
+            return workflow.execute_activity_method(
+                ModelActivities.run_branch_tool,
+                RunToolInput(
+                    thread_id=workflow.info().workflow_id,
+                    step=step,
+                    call_index=i,
+                    subtask_type=data.subtask_type,
+                    task_id=data.task_id,
+                    timeout_seconds=data.tool_timeout_seconds,
+                    max_attempts=data.tool_max_attempts,
+                    verdict=verdict,
+                ),
+                # The tool's own timeout fires first and is reported to the model; this one
+                # stops an attempt whose worker hangs past it.
+                start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
+                heartbeat_timeout=timedelta(seconds=data.heartbeat_timeout_seconds),
+                retry_policy=tool_retry(data.tool_max_attempts),
+                summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
             )
+
+        outcomes = await asyncio.gather(
+            *(run(i, verdicts.get(i)) for i in range(calls)), return_exceptions=True
         )
+        failed = {i: o for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
+        for error in failed.values():
+            if not isinstance(error, ActivityError) or not workflow.patched(TOOL_FAILURE_STORED):
+                raise error
+        reports = []
+        for i, error in failed.items():
+            failure = describe(error, data.tool_max_attempts)  # a cancellation raises
+            tries = "attempt" if failure.attempts == 1 else "attempts"
+            detail = f"{failure.attempts} {tries} failed: {settled(failure.message)}"
+            reports.append(run(i, prompts.tool_failed("this tool", detail)))
+        await asyncio.gather(*reports)
 
     @staticmethod
     def _opening(data: SubtaskInput, thread_id: str) -> OpenBranchInput:
