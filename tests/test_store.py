@@ -26,6 +26,7 @@ import psycopg
 import pytest
 
 from errands.contracts import NewMessage, StoredMessage
+from errands.events import EventType, NewEvent
 from errands.store import SessionStore, open_store
 
 PG_URL = os.environ.get("ERRANDS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -309,3 +310,48 @@ def test_postgres_url_naming_a_missing_schema_fails_with_instructions() -> None:
     pg_admin().close()
     with pytest.raises(RuntimeError, match="CREATE SCHEMA"):
         open_store(pg_url_in(f"errands_test_missing_{uuid.uuid4().hex[:12]}"))
+
+
+# -- the event log ---------------------------------------------------------------------------
+
+
+def event(key: str, task: str = "t1", type_: EventType = "round_started", **data: Any) -> NewEvent:
+    return NewEvent(task_id=task, key=key, type=type_, cause=f"cause-of-{key}", data=data)
+
+
+def test_events_get_contiguous_seqs_per_task_and_a_repeated_key_changes_nothing(
+    store: SessionStore,
+) -> None:
+    first = store.append_event(event("round:0", round=0))
+    other = store.append_event(event("round:0", task="t2", round=0))
+    second = store.append_event(event("round:1", round=1))
+    again = store.append_event(event("round:0", round=99))
+
+    assert (first.seq, second.seq, other.seq) == (1, 2, 1)
+    assert again == first and again.data == {"round": 0}
+    listed = store.list_events("t1")
+    assert [(e.seq, e.key, e.cause) for e in listed] == [
+        (1, "round:0", "cause-of-round:0"),
+        (2, "round:1", "cause-of-round:1"),
+    ]
+    assert [e.key for e in store.list_events("t1", after_seq=1)] == ["round:1"]
+    assert [e.key for e in store.list_events("t1", limit=1)] == ["round:0"]
+    assert listed[0].public()["round"] == 0 and listed[0].public()["seq"] == 1
+
+
+def test_threads_writing_events_with_duplicate_keys_store_each_once_without_gaps(
+    store: SessionStore,
+) -> None:
+    threads, per_thread = 8, 40
+    start = threading.Barrier(threads)
+
+    def work(n: int) -> list[int]:
+        start.wait()
+        # Pairs of threads write the same keys, as a retried activity would.
+        return [store.append_event(event(f"k{n // 2}:{i}")).seq for i in range(per_thread)]
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))
+    stored = store.list_events("t1", limit=10_000)
+    assert [e.seq for e in stored] == list(range(1, threads // 2 * per_thread + 1))
+    assert len({e.key for e in stored}) == len(stored)

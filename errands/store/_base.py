@@ -1,10 +1,12 @@
-"""The session store's contract: an append-only, per-session ordered list of messages."""
+"""The session store's contract: an append-only, per-session ordered list of messages, and the
+event log of each task (``errands.events``)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from errands.contracts import NewMessage, StoredMessage
+from errands.events import NewEvent, StoredEvent
 
 
 class SessionStore(Protocol):
@@ -45,6 +47,17 @@ class SessionStore(Protocol):
 
     def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
         """The session's decisions by id."""
+        ...
+
+    def append_event(self, event: NewEvent) -> StoredEvent:
+        """Write ``event`` once: the next ``seq`` of its task, unless an event of that task
+        already has its ``key`` (then that one is returned, unchanged)."""
+        ...
+
+    def list_events(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
+        """The task's events with ``after_seq < seq``, in ``seq`` order, at most ``limit``."""
         ...
 
     def close(self) -> None: ...

@@ -61,6 +61,25 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         "compaction summaries found without a scan of the session",
         ("CREATE INDEX messages_session_kind ON messages (session_id, kind, seq)",),
     ),
+    Migration(
+        3,
+        "the event log",
+        (
+            """
+            CREATE TABLE events (
+                task_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                key TEXT NOT NULL,
+                type TEXT NOT NULL,
+                cause TEXT,
+                data TEXT NOT NULL DEFAULT '{}',
+                at TEXT NOT NULL,
+                PRIMARY KEY (task_id, seq),
+                UNIQUE (task_id, key)
+            )
+            """,
+        ),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -98,6 +117,25 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
         2,
         "compaction summaries found without a scan of the session",
         ("CREATE INDEX messages_session_kind ON messages (session_id, kind, seq)",),
+    ),
+    Migration(
+        3,
+        "the event log",
+        (
+            """
+            CREATE TABLE events (
+                task_id text NOT NULL,
+                seq bigint NOT NULL,
+                key text NOT NULL,
+                type text NOT NULL,
+                cause text,
+                data jsonb NOT NULL DEFAULT '{}'::jsonb,
+                at timestamptz NOT NULL,
+                PRIMARY KEY (task_id, seq),
+                UNIQUE (task_id, key)
+            )
+            """,
+        ),
     ),
 )
 

@@ -21,10 +21,12 @@ from psycopg.types.json import Jsonb
 
 from errands.contracts import NewMessage, StoredMessage
 from errands.errors import StoreUnavailable
+from errands.events import NewEvent, StoredEvent
 from errands.store._migrations import migrate_postgres
 from errands.store._pool import Pool
 
 _COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
+_EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
 _POOL_SIZE = 8
 _CONNECT_TIMEOUT_S = 10
 
@@ -178,6 +180,47 @@ class PostgresStore:
             ).fetchall()
         return {row["decision_id"]: row["record"] for row in rows}
 
+    def append_event(self, event: NewEvent) -> StoredEvent:
+        with self._pool.connection() as conn:
+            existing = _select_event(conn, event.task_id, event.key)
+            if existing is not None:
+                return existing
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(%s)",
+                    [_lock_key("events", self.schema, event.task_id)],
+                )
+                row = conn.execute(
+                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (%s,"
+                    " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = %s),"
+                    " %s, %s, %s, %s, clock_timestamp())"
+                    f" ON CONFLICT (task_id, key) DO NOTHING RETURNING {_EVENT_COLUMNS}",
+                    [
+                        event.task_id,
+                        event.task_id,
+                        event.key,
+                        event.type,
+                        event.cause,
+                        Jsonb(event.data),
+                    ],
+                ).fetchone()
+            if row is None:
+                stored = _select_event(conn, event.task_id, event.key)
+                assert stored is not None, "a conflicting event vanished from an append-only table"
+                return stored
+            return _to_event(row)
+
+    def list_events(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = %s AND seq > %s"
+                " ORDER BY seq LIMIT %s",
+                [task_id, after_seq, limit],
+            ).fetchall()
+        return [_to_event(row) for row in rows]
+
     def close(self) -> None:
         self._pool.close()
 
@@ -209,6 +252,19 @@ def _lock_key(*parts: str) -> int:
 def _select_one(conn: Conn, message_id: str) -> StoredMessage | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM messages WHERE id = %s", [message_id]).fetchone()
     return None if row is None else _to_message(row)
+
+
+def _select_event(conn: Conn, task_id: str, key: str) -> StoredEvent | None:
+    row = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = %s AND key = %s", [task_id, key]
+    ).fetchone()
+    return None if row is None else _to_event(row)
+
+
+def _to_event(row: dict[str, Any]) -> StoredEvent:
+    fields = dict(row)
+    fields["at"] = fields["at"].astimezone(UTC).isoformat(timespec="microseconds")
+    return StoredEvent.model_validate(fields)
 
 
 def _to_message(row: dict[str, Any]) -> StoredMessage:

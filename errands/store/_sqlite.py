@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any, Self
 
 from errands.contracts import NewMessage, StoredMessage
+from errands.events import NewEvent, StoredEvent
 from errands.store._migrations import migrate_sqlite
 from errands.store._pool import Pool
 
 _COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
+_EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
 _POOL_SIZE = 4
 _BUSY_TIMEOUT_S = 60.0
 
@@ -156,6 +158,42 @@ class SqliteStore:
             ).fetchall()
         return {row["decision_id"]: json.loads(row["record"]) for row in rows}
 
+    def append_event(self, event: NewEvent) -> StoredEvent:
+        with self._pool.connection() as conn:
+            existing = _select_event(conn, event.task_id, event.key)
+        if existing is not None:
+            return existing
+        with self._write() as conn:
+            existing = _select_event(conn, event.task_id, event.key)
+            if existing is not None:
+                return existing
+            rows = conn.execute(
+                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
+                f" ?, ?, ?, ?, ?) RETURNING {_EVENT_COLUMNS}",
+                (
+                    event.task_id,
+                    event.task_id,
+                    event.key,
+                    event.type,
+                    event.cause,
+                    _dump(event.data),
+                    _now(),
+                ),
+            ).fetchall()
+            return _to_event(rows[0])
+
+    def list_events(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (task_id, after_seq, limit),
+            ).fetchall()
+        return [_to_event(row) for row in rows]
+
     def close(self) -> None:
         self._pool.close()
 
@@ -196,6 +234,19 @@ def _to_message(row: sqlite3.Row) -> StoredMessage:
     fields = dict(row)
     fields["meta"] = json.loads(fields["meta"])
     return StoredMessage.model_validate(fields)
+
+
+def _select_event(conn: sqlite3.Connection, task_id: str, key: str) -> StoredEvent | None:
+    row = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND key = ?", (task_id, key)
+    ).fetchone()
+    return None if row is None else _to_event(row)
+
+
+def _to_event(row: sqlite3.Row) -> StoredEvent:
+    fields = dict(row)
+    fields["data"] = json.loads(fields["data"])
+    return StoredEvent.model_validate(fields)
 
 
 def _dump(value: dict[str, Any]) -> str:
