@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._context import ContextFitter, SessionView, session_view
+from activities._events import branch_of, preview, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
 from activities._threads import open_threads, read_stored, thread_messages, write_branch_row
@@ -34,10 +35,81 @@ from errands.activity_io import (
     RunToolOutput,
 )
 from errands.approvals import ApprovalNeed
-from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
+from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall, Usage
+from errands.events import EventType
 from errands.routing import ModelRouter
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType, WorkTool
+
+
+class ModelCall:
+    """The ``model_call_started`` and ``model_call_finished`` events of one attempt of a step."""
+
+    def __init__(
+        self, store: SessionStore, task_id: str, where: str, step: int, model: str
+    ) -> None:
+        self._store, self._task_id, self._model = store, task_id, model
+        self._where, self._step = where, step
+        self._attempt = activity.info().attempt
+        self._cause = f"{where}:step:{step}"
+
+    async def started(self) -> None:
+        await asyncio.to_thread(self._record, "started", "model_call_started")
+
+    async def finished(self, usage: Usage) -> None:
+        await asyncio.to_thread(self._record, "finished", "model_call_finished", usage)
+
+    def _record(self, what: str, type_: EventType, usage: Usage | None = None) -> None:
+        fields: dict[str, object] = {"usage": usage.model_dump()} if usage is not None else {}
+        record(
+            self._store,
+            self._task_id,
+            f"{self._cause}:attempt:{self._attempt}:{what}",
+            type_,
+            self._cause,
+            where=self._where,
+            step=self._step,
+            model=self._model,
+            attempt=self._attempt,
+            **fields,
+        )
+
+
+class ToolEvents:
+    """The ``tool_requested`` and ``tool_finished`` events of one tool call."""
+
+    def __init__(
+        self, store: SessionStore, task_id: str, where: str, call_id: str, call: ToolCall
+    ) -> None:
+        self._store, self._task_id, self._where = store, task_id, where
+        self._call_id, self._call = call_id, call
+
+    async def requested(self) -> None:
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:requested",
+            "tool_requested",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            arguments=preview(self._call.arguments),
+        )
+
+    async def finished(self, text: str, is_error: bool) -> None:
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:finished",
+            "tool_finished",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            is_error=is_error,
+            chars=len(text),
+        )
 
 
 class ModelActivities:
@@ -74,7 +146,10 @@ class ModelActivities:
             data.model,
             lambda previews: round_request(self._store, self._types, data, previews, main_tools),
         )
+        call = ModelCall(self._store, data.task_id, MAIN, data.step, data.model)
+        await call.started()
         response, catalog_size = await fitting.complete(self._router)
+        await call.finished(response.usage)
         approvals = await asyncio.to_thread(
             approvals_needed,
             self._store,
@@ -128,7 +203,11 @@ class ModelActivities:
         fitting = self._fitter.fitting(
             data.model, lambda previews: self._branch_request(data, previews, pinned)
         )
+        where = branch_of(data.thread_id)
+        call = ModelCall(self._store, data.task_id, where, data.step, data.model)
+        await call.started()
         response, _ = await fitting.complete(self._router)
+        await call.finished(response.usage)
         step = NewMessage(
             id=ids.thread_step_id(data.thread_id, data.step),
             session_id=data.thread_id,
@@ -266,10 +345,12 @@ class ModelActivities:
                 meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
             )
 
+        events = ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call)
         try:
             if data.verdict is not None:
                 text, is_error = data.verdict, True  # not run: denied, unanswered or cancelled
             else:
+                await events.requested()
                 text, is_error = await self._run_tool(data, call, result_id)
         except asyncio.CancelledError:
             # The branch was cancelled with this call open: the thread still gets its result,
@@ -278,6 +359,7 @@ class ModelActivities:
             await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
+        await events.finished(text, is_error)
         return RunToolOutput(ok=not is_error, chars=len(text))
 
     async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> tuple[str, bool]:
@@ -346,16 +428,19 @@ class ModelActivities:
                 meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
             )
 
+        events = ToolEvents(self._store, data.task_id, MAIN, data.result_id, call)
         try:
             if data.verdict is not None:
                 text, is_error = data.verdict, True
             else:
+                await events.requested()
                 text, is_error = await self._round_tool(data)
         except asyncio.CancelledError:
             cancelled = result(prompts.TOOL_CANCELLED, True)
             await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
+        await events.finished(text, is_error)
         return RunToolOutput(ok=not is_error, chars=len(text))
 
     async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:

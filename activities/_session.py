@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities._events import preview, record
 from activities._threads import open_threads, read_stored, write_branch_row
 from errands import ids
 from errands.activity_io import (
@@ -28,9 +29,16 @@ from errands.activity_io import (
 )
 from errands.contracts import NewMessage
 from errands.control import SubtaskDraft
+from errands.events import NewEvent
 from errands.reading import READ_MESSAGE
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
+
+
+def replied(store: SessionStore, task_id: str, by: str, text: str) -> None:
+    """The task's ``replied`` event (its reply, by a model or the join, is stored)."""
+    cause = ids.reply_message_id(task_id)
+    record(store, task_id, "replied", "replied", cause, replied_by=by, chars=len(text))
 
 
 class SessionActivities:
@@ -55,6 +63,15 @@ class SessionActivities:
                 task_id=data.task_id,
             )
         )
+        record(
+            self._store,
+            data.task_id,
+            "task_started",
+            "task_started",
+            data.task_id,
+            session_id=data.session_id,
+            text=preview(data.text),
+        )
         first_round = None
         if data.prepare_first_round:
             first_round = self._prepare_round(
@@ -72,6 +89,9 @@ class SessionActivities:
         store = self._store
         state = RoundState(upto_seq=store.last_seq(data.session_id))
         reply = store.get(ids.reply_message_id(data.task_id))
+        if reply is None:
+            key = f"round:{data.round}"
+            record(store, data.task_id, key, "round_started", key, round=data.round)
         if reply is not None:
             state.reply = reply.text
             if reply.meta.get("deterministic_join"):
@@ -116,6 +136,17 @@ class SessionActivities:
                 },
             )
         )
+        key = f"round:{data.round}:delegated"
+        record(
+            self._store,
+            data.task_id,
+            key,
+            "delegated",
+            f"round:{data.round}",
+            round=data.round,
+            subtasks=len(data.subtasks),
+            reply=preview(data.reply),
+        )
         open_threads(
             self._store,
             [
@@ -148,6 +179,7 @@ class SessionActivities:
                 task_id=data.task_id,
             ),
         )
+        await asyncio.to_thread(replied, self._store, data.task_id, "model", row.text)
         return row.text
 
     @activity.defn(name="record_branch")
@@ -188,6 +220,11 @@ class SessionActivities:
         await asyncio.to_thread(
             self._store.put_decision, data.session_id, data.decision_id, data.record
         )
+
+    @activity.defn(name="record_event")
+    async def record_event(self, data: NewEvent) -> None:
+        """An event only the workflow sees (the task failed, or was canceled), written once."""
+        await asyncio.to_thread(self._store.append_event, data)
 
     @activity.defn(name="remember_approval")
     async def remember_approval(self, data: RememberApprovalInput) -> None:
@@ -236,4 +273,5 @@ class SessionActivities:
                 meta={"deterministic_join": True, "reason": data.reason},
             )
         )
+        replied(self._store, data.task_id, "join", row.text)
         return row.text

@@ -82,6 +82,8 @@ class RoundStepInput(BaseModel):
     upto_seq: int
     slot: str
     model: str
+    step: int = 0
+    """The task's step count once this step is charged (1, 2, …): names its events."""
     final_reason: str | None = None
     """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
     work_tools: bool = True

@@ -74,10 +74,11 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "superseded": "true once a later attempt of the same step started: replace, not append",
     },
     "delegated": {"round": _ROUND, "subtasks": "how many", "reply": "the acknowledgement"},
-    "branch_started": {"round": _ROUND, "ordinal": "the subtask (1, 2, …)", "type": "its type"},
+    "branch_started": {"round": _ROUND, "ordinal": "the subtask (1, 2, …)"},
     "branch_finished": {
         "round": _ROUND,
         "ordinal": "the subtask",
+        "subtask_type": "its subtask type",
         "status": "completed or failed",
         "output": "the branch's answer or error (a preview)",
     },
@@ -103,7 +104,11 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
 }
 """Every event type and its fields (beyond ``seq``, ``type``, ``task_id``, ``at``, ``cause``)."""
 
+COMMON = ("seq", "type", "task_id", "at", "cause")
+"""The fields of every event; no type's own field takes one of these names."""
+
 assert set(EVENT_FIELDS) == set(get_args(EventType)), "every type is documented"
+assert not any(set(f) & set(COMMON) for f in EVENT_FIELDS.values()), "no field shadows another"
 
 
 class NewEvent(BaseModel):
@@ -123,12 +128,12 @@ class StoredEvent(NewEvent):
     def public(self) -> dict[str, Any]:
         """The event as frontends show it (SSE data, ``errands watch --json``)."""
         return {
+            **self.data,
             "seq": self.seq,
             "type": self.type,
             "task_id": self.task_id,
             "at": self.at,
             "cause": self.cause,
-            **self.data,
         }
 
 

@@ -191,6 +191,7 @@ def build_activities(
         session.recall_decisions,
         session.remember_decision,
         session.remember_approval,
+        session.record_event,
         session.read_message,
         models.round_step,
         models.open_branch,

@@ -242,6 +242,7 @@ class RoundDecider:
                 upto_seq=slot.upto,
                 slot=slot.name,
                 model=model,
+                step=state.steps,
                 final_reason=slot.reason,
                 work_tools=follow_up,
                 # Withdrawn once its uses are spent: refused calls would only burn steps.

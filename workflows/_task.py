@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import is_cancelled_exception
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.asking import Answer
     from errands.control import Decision, DelegateDecision, ReplyDecision
     from errands.errors import AnswerRejected
+    from errands.events import EventType, NewEvent
     from errands.pricing import cost_usd
     from errands.workflow_io import (
         AnswerReceipt,
@@ -63,6 +64,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows._search import Publisher
     from workflows._side import answer_side_question
     from workflows._waiting import HandOver, PendingQuestion
+
+TASK_END_LOGGED = "task-end-in-the-event-log"
+"""Patch: a task that fails or is canceled writes that to the event log. Runs from before it
+replay without the call."""
 
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
 """Patch: opening the task also prepares round 0, one store call instead of two. Runs started
@@ -292,16 +297,34 @@ class TaskWorkflow:
             await self._round_loop()
         except asyncio.CancelledError:
             self._set_state("canceled", "canceled")
+            await self._log_end("canceled")
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             if is_cancelled_exception(error):
                 self._set_state("canceled", "canceled")
+                await self._log_end("canceled")
                 raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._fail("internal", f"{type(error).__name__}: {error}")
+        if self._error is not None:
+            await self._log_end("failed", kind=self._error.kind, message=self._error.message)
         # A side question in flight is answered before the task closes.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
+
+    async def _log_end(self, type_: EventType, **data: Any) -> None:
+        """The event log's last event when the task fails or is canceled (a reply's is written
+        with the reply). Runs from before the log replay without it."""
+        if workflow.patched(TASK_END_LOGGED):
+            event = NewEvent(
+                task_id=self.data.task_id, key=type_, type=type_, cause=self.data.task_id, data=data
+            )
+            try:
+                await store_call(SessionActivities.record_event, event)
+            except ActivityError as error:  # the task's ending matters more than its log
+                workflow.logger.warning(
+                    "task %s: its %s event was not logged: %s", self.data.task_id, type_, error
+                )
 
     def _result(self) -> TaskResult:
         data, state = self.data, self.state

@@ -135,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
     deny.add_argument("--json", action="store_true")
     deny.set_defaults(handler=commands.deny)
 
+    watch = sub.add_parser("watch", help="print a task's event log and follow it to the end")
+    watch.add_argument("task")
+    watch.add_argument("--after", type=int, default=0, metavar="SEQ", help="only events after SEQ")
+    watch.add_argument("--json", action="store_true", help="one JSON object a line")
+    watch.set_defaults(handler=commands.watch)
+
     cancel = sub.add_parser("cancel", help="cancel a running task")
     cancel.add_argument("task")
     cancel.add_argument("--json", action="store_true")

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 from errands.cli._follow import follow
-from errands.cli._output import note, print_state
+from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
 from errands.client import Client, connect, new_session_id, task_input
 from errands.errors import InvalidRequest
@@ -139,6 +139,21 @@ async def deny(args: argparse.Namespace) -> int:
         print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
     else:
         print(f"{args.task}: tool call denied; the agent is told and goes on without it")
+    return 0
+
+
+async def watch(args: argparse.Namespace) -> int:
+    if args.after < 0:
+        raise InvalidRequest("--after takes a sequence number, 0 or more")
+    settings = load_settings()
+    async with stack(settings, need_worker_here=False) as client:
+        task = client.task(args.task)
+        await task.status()  # an unknown task is refused here, not waited on
+        async for event in task.events(after=args.after):
+            if args.json:
+                print(json.dumps(event.public(), ensure_ascii=False), flush=True)
+            else:
+                print(event_line(event), flush=True)
     return 0
 
 

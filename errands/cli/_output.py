@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from errands.asking import OTHER_PREFIX
+from errands.events import StoredEvent
 
 
 def print_state(state: dict[str, Any], as_json: bool) -> None:
@@ -63,6 +64,12 @@ def approval_text(task_id: str, pending: dict[str, Any]) -> str:
     lines.append(f"approve with: errands approve {shlex.quote(task_id)}{always}")
     lines.append(f"deny with:    errands deny {shlex.quote(task_id)} [--reason TEXT]")
     return "\n".join(lines)
+
+
+def event_line(event: StoredEvent) -> str:
+    """One event of the log as a line: its seq, type and fields."""
+    fields = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in event.data.items())
+    return f"{event.seq:>4} {event.type} {fields}".rstrip()
 
 
 def note(text: str) -> None:

@@ -38,6 +38,7 @@ from errands.errors import (
     TaskNotFound,
     Unavailable,
 )
+from errands.events import TERMINAL, StoredEvent
 from errands.progress import ProgressEvent, Snapshot, Tracker, last_round
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
 from errands.workflow_io import AnswerReceipt, SideQuestion, TaskError, TaskResult
@@ -139,6 +140,36 @@ class TaskHandle:
             for event in tracker.update(snap):
                 yield event
             if snap.ended:
+                return
+            await asyncio.sleep(interval)
+
+    async def events(
+        self, *, after: int = 0, follow: bool = True, interval: float = 0.2
+    ) -> AsyncIterator[StoredEvent]:
+        """The task's event log (``errands.events``) from ``seq > after``, in order, each event
+        once; with ``follow``, then live until the task's last event (``replied``, ``failed``
+        or ``canceled``). Reading adds nothing to the task's history. A task that ended
+        without a last event in its log (one from before the log) ends the iteration once its
+        events are read."""
+        store = await asyncio.to_thread(self._client._reader, True)
+        assert store is not None
+        seen, idle = after, 0
+        while True:
+            batch = await asyncio.to_thread(store.list_events, self.task_id, after_seq=seen)
+            for event in batch:
+                seen = event.seq
+                yield event
+                if event.type in TERMINAL:
+                    return
+            if not follow:
+                return
+            idle = 0 if batch else idle + 1
+            running = WorkflowExecutionStatus.RUNNING
+            if idle and idle % 25 == 0 and (await self._describe()).status != running:
+                # Ended without a last event: read what was written meanwhile, then stop.
+                rest = await asyncio.to_thread(store.list_events, self.task_id, after_seq=seen)
+                for event in rest:
+                    yield event
                 return
             await asyncio.sleep(interval)
 

@@ -1,0 +1,150 @@
+"""The event log (issue 17): activities write every event of a task to the store, in order and
+once each; `errands watch` and `TaskHandle.events()` read it, live, adding nothing to the
+task's history."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError
+
+from errands.client import Client as ErrandsClient
+from errands.events import StoredEvent
+from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.workflow_io import RoundSettings
+from tests.conftest import run_cli
+from tests.helpers import Conversation, start_task
+
+MODEL = "openai:gpt-events"
+
+
+def three_branches() -> list[Reply]:
+    subtasks = [{"type": "general", "prompt": f"Part {k}"} for k in (1, 2, 3)]
+    return [
+        Reply(calls=[Call("delegate", {"reply": "Three parts.", "subtasks": subtasks})]),
+        Reply(calls=[Call("final_reply", {"text": "All three parts are done."})]),
+    ]
+
+
+def branch(request: RecordedRequest) -> Reply:
+    return Reply(text="part done", delay=0.3)
+
+
+async def test_a_delegating_tasks_log_holds_each_event_once_in_order(
+    client: Client,
+    settings: Settings,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    Conversation(three_branches(), branch, branches=3).install(scripted, "gpt-events")
+    handle = await start_task(client, settings.task_queue, "Do it in three parts.", model=MODEL)
+    watching = asyncio.create_task(run_cli(cli_env, "watch", handle.id, "--json"))
+    result = await asyncio.wait_for(handle.result(), 60)
+    watched = await asyncio.wait_for(watching, 60)
+
+    assert result.status == "replied"
+    assert watched.code == 0, watched.stderr
+    events = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["type"] for e in events]
+    assert types[0] == "task_started" and types[-1] == "replied"
+    main_calls = [e for e in events if e["type"] == "model_call_finished" and e["where"] == "main"]
+    counts = Counter(types)
+    assert counts["round_started"] == 2
+    assert len(main_calls) == 2
+    assert [e["subtasks"] for e in events if e["type"] == "delegated"] == [3]
+    assert counts["branch_started"] == counts["branch_finished"] == 3, " ".join(types)
+    assert counts["model_call_finished"] == 5  # two rounds, three branches
+    assert counts["replied"] == 1
+    # In order: a round starts before its call, delegates before its branches start, and
+    # each branch's model call comes between its start and its end.
+    assert types.index("delegated") < types.index("branch_started")
+    for k in (1, 2, 3):
+        where = f"r0/b{k}"
+        started = next(
+            i for i, e in enumerate(events) if e["type"] == "branch_started" and e["ordinal"] == k
+        )
+        called = next(
+            i
+            for i, e in enumerate(events)
+            if e.get("where") == where and e["type"] == "model_call_finished"
+        )
+        finished = next(
+            i for i, e in enumerate(events) if e["type"] == "branch_finished" and e["ordinal"] == k
+        )
+        assert started < called < finished
+    assert all(e["task_id"] == result.task_id and e["at"] for e in events)
+
+    after = await run_cli(cli_env, "watch", handle.id, "--json", "--after", "5")
+    assert [json.loads(line)["seq"] for line in after.stdout.splitlines()] == list(
+        range(6, len(events) + 1)
+    )
+    plain = await run_cli(cli_env, "watch", handle.id)
+    assert plain.stdout.splitlines()[0].split()[:2] == ["1", "task_started"]
+
+
+async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+) -> None:
+    Conversation(
+        three_branches(), lambda r: Reply(text="slow part", delay=1.5), branches=3
+    ).install(scripted, "gpt-events")
+    handle = await start_task(client, settings.task_queue, "Slowly, in three parts.", model=MODEL)
+    task = ErrandsClient(client, settings, store=store).task(handle.id)
+    seen: list[StoredEvent] = []
+    ran_while_seen: list[bool] = []
+    async for event in task.events():
+        seen.append(event)
+        if event.type == "branch_started":
+            ran_while_seen.append((await task.status()).status == "running")
+    assert seen[-1].type == "replied"
+    assert ran_while_seen and all(ran_while_seen), "events were read live, not after the end"
+
+    # A task that fails ends its log with `failed`, saying why.
+    scripted.script("gpt-events", Reply(text="I will just talk."), Reply(text="Still talking."))
+    failing = await start_task(
+        client,
+        settings.task_queue,
+        "Fail, please.",
+        model=MODEL,
+        settings=RoundSettings(step_budget=2, round_retry_limit=1),
+    )
+    failed = await asyncio.wait_for(failing.result(), 60)
+    assert failed.status == "failed"
+    log = [e async for e in ErrandsClient(client, settings, store=store).task(failing.id).events()]
+    assert log[-1].type == "failed"
+    assert log[-1].data["kind"] == failed.error.kind if failed.error else False
+
+
+async def test_a_canceled_task_ends_its_log_with_canceled(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+) -> None:
+    scripted.script("gpt-events", Reply(calls=[Call("final_reply", {"text": "late"})], delay=30))
+    handle = await start_task(client, settings.task_queue, "Take your time.", model=MODEL)
+    task = ErrandsClient(client, settings, store=store).task(handle.id)
+    async for event in task.events():
+        if event.type == "model_call_started":
+            await handle.cancel()
+        if event.type == "canceled":
+            break
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass
+    log = [e.type for e in await asyncio.to_thread(store.list_events, handle.id)]
+    assert log[-1] == "canceled"
+    assert "replied" not in log
