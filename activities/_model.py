@@ -75,6 +75,14 @@ class ModelCall:
         )
 
 
+def cancel_requested() -> bool:
+    """Whether the activity is cancelled because its workflow asked (the task or branch was
+    cancelled), not because its worker shuts down or its attempt timed out: only then is the
+    call's result "cancelled" for good; otherwise another attempt runs it."""
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
+
+
 class ToolEvents:
     """The ``tool_requested`` and ``tool_finished`` events of one tool call."""
 
@@ -355,8 +363,9 @@ class ModelActivities:
         except asyncio.CancelledError:
             # The branch was cancelled with this call open: the thread still gets its result,
             # so no stored thread holds a call without one.
-            cancelled = result(prompts.TOOL_CANCELLED, True)
-            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            if cancel_requested():
+                cancelled = result(prompts.TOOL_CANCELLED, True)
+                await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
         await events.finished(text, is_error)
@@ -403,6 +412,8 @@ class ModelActivities:
             if attempt < max_attempts:
                 raise ApplicationError(str(error), type="tool_unreachable") from None
             return prompts.tool_unreachable(tool.name, attempt, str(error)), True
+        except Exception as error:  # noqa: BLE001 - not retried: the tool may have run
+            return f"{tool.name} failed: {type(error).__name__}: {error}", True
         return outcome.text, outcome.is_error
 
     @activity.defn(name="run_round_tool")
@@ -436,8 +447,9 @@ class ModelActivities:
                 await events.requested()
                 text, is_error = await self._round_tool(data)
         except asyncio.CancelledError:
-            cancelled = result(prompts.TOOL_CANCELLED, True)
-            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            if cancel_requested():
+                cancelled = result(prompts.TOOL_CANCELLED, True)
+                await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
         await events.finished(text, is_error)

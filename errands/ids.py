@@ -75,9 +75,14 @@ def read_result_id(task_id: str, round_: int, slot: str, step: int, arguments: s
     return f"task:{task_id}:round:{round_}:{slot}:read:{step}:{digest}"
 
 
-def round_tool_result_id(task_id: str, round_: int, slot: str, step: int, index: int) -> str:
-    """The result of the ``index``-th MCP call the main agent made at the task's ``step``."""
-    return f"task:{task_id}:round:{round_}:{slot}:tool:{step}:{index}"
+def round_tool_result_id(
+    task_id: str, round_: int, slot: str, step: int, index: int, call: str
+) -> str:
+    """The result of the ``index``-th tool call the main agent made at the task's ``step``; the
+    digest of ``call`` (its name and arguments) keeps a different call there (after a reset)
+    apart, and with it its idempotency key."""
+    digest = hashlib.sha256(call.encode()).hexdigest()[:12]
+    return f"task:{task_id}:round:{round_}:{slot}:tool:{step}:{index}:{digest}"
 
 
 def approvals_session_id(session_id: str) -> str:

@@ -202,9 +202,9 @@ class TaskResult(BaseModel):
     phase: str = ""
     """What the task is doing right now, in a few words."""
     pending_question: dict[str, Any] | None = None
-    pending_approval: dict[str, Any] | None = None
-    """The oldest tool call waiting for the user's approval (``errands.approvals``)."""
     """The question set waiting for the user (``errands answer`` answers it)."""
+    pending_approval: dict[str, Any] | None = None
+    """The oldest tool call waiting for the user's approval (``errands approve`` / ``deny``)."""
     answer_errors: list[str] = Field(default_factory=list)
     """Answers sent by signal that were invalid and ignored, newest last."""
     last_round: RoundStepInput | None = None

@@ -5,6 +5,7 @@ a child that fails is recorded as a failed branch the model can read, never fail
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
@@ -39,15 +40,34 @@ async def run_branches(
     upto: int,
     todo: list[tuple[int, SubtaskDraft]],
     done: dict[int, BranchOutcome],
+    ended: Callable[[str], None] = lambda thread: None,
 ) -> list[BranchOutcome]:
     """Run ``todo`` beside the branches already ``done``; every outcome, in ordinal order. The
-    children's usage is charged to ``state.ledger``."""
+    children's usage is charged to ``state.ledger``; ``ended`` hears of each branch (by its
+    workflow id) as it ends, however it ends."""
     # Started together: one workflow task emits every child's start command.
-    started = await asyncio.gather(*(_branch(data, state, round_, upto, k, d) for k, d in todo))
+    started = await asyncio.gather(
+        *(_branch(data, state, round_, upto, k, d, ended) for k, d in todo)
+    )
     return sorted([*done.values(), *started], key=lambda b: b.ordinal)
 
 
 async def _branch(
+    data: TaskInput,
+    state: TaskState,
+    round_: int,
+    upto: int,
+    ordinal: int,
+    draft: SubtaskDraft,
+    ended: Callable[[str], None],
+) -> BranchOutcome:
+    try:
+        return await _run_branch(data, state, round_, upto, ordinal, draft)
+    finally:
+        ended(thread_id(round_, ordinal))
+
+
+async def _run_branch(
     data: TaskInput, state: TaskState, round_: int, upto: int, ordinal: int, draft: SubtaskDraft
 ) -> BranchOutcome:
     settings = data.settings

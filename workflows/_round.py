@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
@@ -395,8 +396,10 @@ class RoundDecider:
             verdicts[need.index] = await self._approve(need, step)
         calls = list(by_index.values())
         result_ids = [
-            ids.round_tool_result_id(data.task_id, slot.round, slot.name, step, i)
-            for i in range(len(calls))
+            ids.round_tool_result_id(
+                data.task_id, slot.round, slot.name, step, i, f"{call.name}:{call.arguments}"
+            )
+            for i, call in enumerate(calls)
         ]
         verdict_of = [verdicts.get(i) for i in by_index]
         outcomes = await asyncio.gather(
@@ -414,6 +417,8 @@ class RoundDecider:
                     start_to_close_timeout=timedelta(seconds=settings.tool_timeout_seconds + 30),
                     heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
                     retry_policy=tool_retry(settings.tool_max_attempts),
+                    # A cancelled task waits for the call to store its cancelled result.
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"round {slot.round} · {slot.name} · {call.name}",
                 )
                 for call, result_id, verdict in zip(calls, result_ids, verdict_of, strict=True)

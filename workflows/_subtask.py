@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
@@ -204,15 +205,21 @@ class SubtaskWorkflow:
                 start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
                 heartbeat_timeout=timedelta(seconds=data.heartbeat_timeout_seconds),
                 retry_policy=tool_retry(data.tool_max_attempts),
+                # A cancelled branch waits for the call to store its cancelled result, so its
+                # own clean-up never writes one while the tool still runs.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
             )
 
+        if not workflow.patched(TOOL_FAILURE_STORED):
+            await asyncio.gather(*(run(i, verdicts.get(i)) for i in range(calls)))
+            return
         outcomes = await asyncio.gather(
             *(run(i, verdicts.get(i)) for i in range(calls)), return_exceptions=True
         )
         failed = {i: o for i, o in enumerate(outcomes) if isinstance(o, BaseException)}
         for error in failed.values():
-            if not isinstance(error, ActivityError) or not workflow.patched(TOOL_FAILURE_STORED):
+            if not isinstance(error, ActivityError):
                 raise error
         reports = []
         for i, error in failed.items():

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, is_cancelled_exception
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
@@ -151,7 +151,13 @@ class TaskWorkflow:
 
     @workflow.update(name="answer_approval")
     async def answer_approval(self, answer: ApprovalAnswer) -> ApprovalReceipt:
-        await self._decide_approval(answer)
+        if not await self._decide_approval(answer):
+            # Validated, then answered by another update or signal before this one ran.
+            raise ApplicationError(
+                f"approval {answer.approval_id!r} was answered meanwhile; nothing changed",
+                type="AnswerRejected",
+                non_retryable=True,
+            )
         return ApprovalReceipt(approval_id=answer.approval_id, decision=answer.decision)
 
     @answer_approval.validator
@@ -163,6 +169,11 @@ class TaskWorkflow:
                 f"task {self.data.task_id} has no tool call waiting for approval "
                 f"{answer.approval_id!r} (waiting: {waiting}); check "
                 f"`errands status {self.data.task_id}`"
+            )
+        if workflow.now() >= request.expires_at:
+            raise AnswerRejected(
+                f"the call of {request.tool} waited for approval until "
+                f"{request.expires_at.isoformat()} and is no longer waiting; it was not run"
             )
         if answer.decision == "approve_always" and request.policy != "ask":
             raise AnswerRejected(
@@ -180,22 +191,22 @@ class TaskWorkflow:
             self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
             workflow.logger.warning("ignored an invalid approval signal: %s", error)
             return
-        await self._decide_approval(answer)
+        try:
+            await self._decide_approval(answer)
+        except Exception as error:  # noqa: BLE001 - a signal handler's error fails the task
+            self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
+            workflow.logger.warning("an approval signal could not be delivered: %s", error)
 
     def _waiting_approval(self, approval_id: str) -> ApprovalRequest | None:
         return next((r for r in self.state.approvals if r.approval_id == approval_id), None)
 
-    async def _decide_approval(self, answer: ApprovalAnswer) -> None:
-        """Deliver the user's verdict to the waiting call, remembering approve-always."""
+    async def _decide_approval(self, answer: ApprovalAnswer) -> bool:
+        """Deliver the user's verdict to the waiting call, then remember approve-always; False
+        when the call was answered meanwhile (by another update or signal)."""
         request = self._waiting_approval(answer.approval_id)
-        if request is None:  # answered meanwhile, by another update or signal
-            return
+        if request is None:
+            return False
         self._drop_approval(request.approval_id)
-        if answer.decision == "approve_always":
-            await store_call(
-                SessionActivities.remember_approval,
-                RememberApprovalInput(session_id=self.data.session_id, tool=request.tool),
-            )
         denial = None
         if answer.decision == "deny":
             denial = approvals.denied(request.tool, answer.reason)
@@ -206,6 +217,12 @@ class TaskWorkflow:
             await workflow.get_external_workflow_handle(request.requester).signal(
                 VERDICT_SIGNAL, verdict
             )
+        if answer.decision == "approve_always":
+            await store_call(
+                SessionActivities.remember_approval,
+                RememberApprovalInput(session_id=self.data.session_id, tool=request.tool),
+            )
+        return True
 
     async def _approve(self, need: ApprovalNeed, step: int) -> str | None:
         """Put one of the main agent's calls to the user and wait: None when approved, else
@@ -215,11 +232,19 @@ class TaskWorkflow:
             return approvals.headless(need.tool)
         request = request_for(need, step, "main", settings.ask_timeout_hours)
         self._add_approval(request)
-        verdict = await self._verdicts.wait(request, settings.ask_timeout_hours)
-        if verdict is None:
+        try:
+            verdict = await self._verdicts.wait(request, settings.ask_timeout_hours)
+        finally:  # answered, timed out or canceled: it waits no more
             self._drop_approval(request.approval_id)
+        if verdict is None:
             return approvals.timed_out(need.tool, settings.ask_timeout_hours)
         return verdict.denial
+
+    def _branch_ended(self, thread_id: str) -> None:
+        """A branch that ended (completed, failed or canceled) waits for no approval."""
+        if any(r.requester == thread_id for r in self.state.approvals):
+            self.state.approvals = [r for r in self.state.approvals if r.requester != thread_id]
+            self._show_approvals()
 
     def _add_approval(self, request: ApprovalRequest) -> None:
         if self._waiting_approval(request.approval_id) is None:
@@ -471,7 +496,9 @@ class TaskWorkflow:
         row make a streak, and a long streak makes the next round final."""
         state, todo = self.state, to_start(decision, done)
         self._phase = f"round {round_}: {len(todo)} subtasks running"
-        outcomes = await run_branches(self.data, state, round_, upto, todo, done)
+        outcomes = await run_branches(
+            self.data, state, round_, upto, todo, done, ended=self._branch_ended
+        )
         signature = failure_signature(outcomes)
         repeated = bool(signature) and signature == state.last_signature
         state.streak = state.streak + 1 if repeated else int(bool(signature))
