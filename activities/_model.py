@@ -75,6 +75,21 @@ class ModelCall:
         )
 
 
+def delivered(store: SessionStore, task_id: str, message_ids: list[str]) -> None:
+    """The ``message_delivered`` events of the user's messages a step shows for the first time."""
+    for message_id in message_ids:
+        key = f"{message_id}:delivered"
+        record(
+            store,
+            task_id,
+            key,
+            "message_delivered",
+            message_id,
+            message_id=message_id,
+            outcome="delivered",
+        )
+
+
 def cancel_requested() -> bool:
     """Whether the activity is cancelled because its workflow asked (the task or branch was
     cancelled), not because its worker shuts down or its attempt timed out: only then is the
@@ -155,6 +170,7 @@ class ModelActivities:
             lambda previews: round_request(self._store, self._types, data, previews, main_tools),
         )
         call = ModelCall(self._store, data.task_id, MAIN, data.step, data.model)
+        await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
         await call.started()
         response, catalog_size = await fitting.complete(self._router)
         await call.finished(response.usage)

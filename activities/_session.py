@@ -13,6 +13,7 @@ from activities._threads import open_threads, read_stored, write_branch_row
 from errands import ids
 from errands.activity_io import (
     AppendAckInput,
+    AppendMessageInput,
     AppendReplyInput,
     BranchOutcome,
     JoinInput,
@@ -165,6 +166,34 @@ class SessionActivities:
             ],
         )
         return row.text
+
+    @activity.defn(name="append_message")
+    async def append_message(self, data: AppendMessageInput) -> int:
+        """A message the user sent into the running task, in the session once; its seq."""
+        return await asyncio.to_thread(self._append_message, data)
+
+    def _append_message(self, data: AppendMessageInput) -> int:
+        row = self._store.append_once(
+            NewMessage(
+                id=data.message_id,
+                session_id=data.session_id,
+                role="user",
+                kind="user",
+                text=data.text,
+                task_id=data.task_id,
+                meta={"message": data.mode},
+            )
+        )
+        record(
+            self._store,
+            data.task_id,
+            f"{data.message_id}:received",
+            "message_received",
+            data.message_id,
+            message_id=data.message_id,
+            mode=data.mode,
+        )
+        return row.seq
 
     @activity.defn(name="append_reply")
     async def append_reply(self, data: AppendReplyInput) -> str:

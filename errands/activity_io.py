@@ -84,6 +84,8 @@ class RoundStepInput(BaseModel):
     model: str
     step: int = 0
     """The task's step count once this step is charged (1, 2, …): names its events."""
+    delivers: list[str] = Field(default_factory=list)
+    """Messages of the user this step is the first to show the model (their ids)."""
     final_reason: str | None = None
     """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
     work_tools: bool = True
@@ -125,6 +127,16 @@ class AppendAckInput(BaseModel):
     """The subtasks' thread ids, in order: their threads are opened with the acknowledgement."""
     view: RoundView | None = None
     """The delegating step's view, against which the subtasks' references are resolved."""
+
+
+class AppendMessageInput(BaseModel):
+    """A message the user sent into the running task, appended to the session once."""
+
+    task_id: str
+    session_id: str
+    message_id: str
+    text: str
+    mode: str
 
 
 class AppendReplyInput(BaseModel):

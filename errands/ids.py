@@ -16,6 +16,16 @@ def user_message_id(task_id: str) -> str:
     return f"task:{task_id}:user"
 
 
+def steer_message_id(task_id: str, n: int) -> str:
+    """The ``n``-th message the user sent into the running task (``send_message``)."""
+    return f"task:{task_id}:steer:{n}"
+
+
+def queued_task_id(task_id: str, n: int) -> str:
+    """The task a message queued on ``task_id`` becomes once that task ends."""
+    return f"{task_id}-q{n}"
+
+
 def ack_message_id(task_id: str, round_: int) -> str:
     return f"task:{task_id}:round:{round_}:ack"
 

@@ -186,6 +186,7 @@ def build_activities(
         session.prepare_round,
         session.append_ack,
         session.append_reply,
+        session.append_message,
         session.record_branch,
         session.deterministic_join,
         session.recall_decisions,

@@ -107,6 +107,8 @@ class TaskInput(BaseModel):
     """USD per million tokens for the models this task may use (see errands.pricing)."""
     carry: TaskState | None = None
     """Set by continue-as-new: where the previous run left off. Never the transcript."""
+    queued: list[str] = Field(default_factory=list)
+    """Messages queued on the task before this one, each to become a task once this one ends."""
 
 
 class Slot(BaseModel):
@@ -140,6 +142,28 @@ class Slot(BaseModel):
         return "fallback" if self.slot_index else "primary"
 
 
+class SteerMark(BaseModel):
+    message_id: str
+    seq: int
+
+
+class SendMessage(BaseModel):
+    """The ``send_message`` update's input: a message of the user into the running task."""
+
+    text: str
+    mode: Literal["steer", "interrupt", "queue"] = "steer"
+
+
+class MessageReceipt(BaseModel):
+    """What became of a message sent into a task."""
+
+    message_id: str
+    mode: str
+    status: Literal["accepted", "queued"]
+    """``accepted``: in the session, shown to the agent before its next step; ``queued``: the
+    session's next task once this one ends."""
+
+
 class TaskState(BaseModel):
     """Everything a task carries from one run to the next: ids, counters, ledger, decisions in
     flight. Small by construction: it never holds the conversation."""
@@ -165,6 +189,14 @@ class TaskState(BaseModel):
     runs: int = 1
     approvals: list[ApprovalRequest] = Field(default_factory=list)
     """Tool calls waiting for the user's approval, oldest first (the task's and its branches')."""
+    messages: int = 0
+    """Messages the user sent into the task (``send_message``), which number their ids."""
+    steers: list[SteerMark] = Field(default_factory=list)
+    """The steering messages in the session, with where they are in it."""
+    seen_upto: int = 0
+    """The furthest session position a step of the main agent has shown the model."""
+    queued: list[str] = Field(default_factory=list)
+    """Messages queued to become the session's next tasks, oldest first."""
 
 
 class TaskError(BaseModel):
@@ -205,6 +237,10 @@ class TaskResult(BaseModel):
     """The question set waiting for the user (``errands answer`` answers it)."""
     pending_approval: dict[str, Any] | None = None
     """The oldest tool call waiting for the user's approval (``errands approve`` / ``deny``)."""
+    undelivered: list[str] = Field(default_factory=list)
+    """Messages sent into the task that arrived as it ended: the agent never saw them."""
+    next_task: str | None = None
+    """The task a queued message became once this one ended."""
     answer_errors: list[str] = Field(default_factory=list)
     """Answers sent by signal that were invalid and ignored, newest last."""
     last_round: RoundStepInput | None = None

@@ -609,6 +609,7 @@ def test_the_openapi_document_lists_every_operation() -> None:
         "/v1/tasks/{task_id}",
         "/v1/tasks/{task_id}/answer",
         "/v1/tasks/{task_id}/approval",
+        "/v1/tasks/{task_id}/messages",
         "/v1/tasks/{task_id}/btw",
         "/v1/tasks/{task_id}/cancel",
         "/v1/sessions/{session_id}/messages",

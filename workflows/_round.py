@@ -227,6 +227,10 @@ class RoundDecider:
         model = self._models[slot.slot_index]
         while slot.steps_left > 0:
             slot.steps_left -= 1
+            # Messages the user sent meanwhile are in the session: the step shows them.
+            delivers = [m.message_id for m in state.steers if slot.upto < m.seq]
+            slot.upto = max([slot.upto, *(m.seq for m in state.steers)])
+            state.seen_upto = max(state.seen_upto, slot.upto)
             final = slot.reason is not None
             # ask_user and work tools need a step after them, so the last step has neither.
             follow_up = not final and slot.steps_left > 0
@@ -244,6 +248,7 @@ class RoundDecider:
                 slot=slot.name,
                 model=model,
                 step=state.steps,
+                delivers=delivers,
                 final_reason=slot.reason,
                 work_tools=follow_up,
                 # Withdrawn once its uses are spent: refused calls would only burn steps.
@@ -339,10 +344,19 @@ class RoundDecider:
                 if asked is not None:
                     return asked
                 continue
+            if isinstance(decision, ReplyDecision) and self._steered_since(slot.upto):
+                # Written without the message the user sent meanwhile: never stored; the agent
+                # decides again with it in front of it.
+                slot.steps_left = max(slot.steps_left, 1)
+                continue
             if decision is not None:
                 return decision
             return Narration(text=response.text, finish_reason=response.finish_reason)
         return Failure("no_decision", "the attempt ran out of steps without a control call")
+
+    def _steered_since(self, upto: int) -> bool:
+        """Whether the user sent a message the step that rendered up to ``upto`` did not show."""
+        return any(m.seq > upto for m in self._state.steers)
 
     def _read_step(
         self, calls: list[ToolCall], offered: set[str], work: set[str], catalog_size: int

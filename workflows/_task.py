@@ -14,12 +14,14 @@ from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands import approvals
+    from errands import approvals, ids
     from errands.activity_io import (
         AppendAckInput,
+        AppendMessageInput,
         AppendReplyInput,
         BranchOutcome,
         JoinInput,
@@ -44,7 +46,10 @@ with workflow.unsafe.imports_passed_through():
     from errands.pricing import cost_usd
     from errands.workflow_io import (
         AnswerReceipt,
+        MessageReceipt,
+        SendMessage,
         SideQuestion,
+        SteerMark,
         TaskError,
         TaskInput,
         TaskResult,
@@ -61,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._failures import Failure, settled
     from workflows._options import run_is_long, store_call
     from workflows._round import RoundDecider, Waiting
-    from workflows._search import Publisher
+    from workflows._search import Publisher, initial
     from workflows._side import answer_side_question
     from workflows._waiting import HandOver, PendingQuestion
 
@@ -94,6 +99,10 @@ class TaskWorkflow:
         self._first_round: RoundState | None = None
         self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
         self._verdicts = Verdicts()
+        self._ending = False
+        self._next_task: str | None = None
+        if data.carry is None and data.queued:
+            self.state.queued = list(data.queued)
         self._phase_before_approval: str | None = None
 
     # -- queries ---------------------------------------------------------------------------
@@ -266,6 +275,44 @@ class TaskWorkflow:
             if self._status == "waiting_for_user" and not self._question.open:
                 self._set_state("running", phase)
 
+    # -- messages into the running task: steer it, or queue the next task ---------------------
+
+    @workflow.update(name="send_message")
+    async def send_message(self, message: SendMessage) -> MessageReceipt:
+        state, data = self.state, self.data
+        state.messages += 1
+        message_id = ids.steer_message_id(data.task_id, state.messages)
+        if message.mode == "queue":
+            state.queued.append(message.text)
+            return MessageReceipt(message_id=message_id, mode="queue", status="queued")
+        seq = await store_call(
+            SessionActivities.append_message,
+            AppendMessageInput(
+                task_id=data.task_id,
+                session_id=data.session_id,
+                message_id=message_id,
+                text=message.text,
+                mode=message.mode,
+            ),
+        )
+        state.steers.append(SteerMark(message_id=message_id, seq=seq))
+        return MessageReceipt(message_id=message_id, mode=message.mode, status="accepted")
+
+    @send_message.validator
+    def _validate_message(self, message: SendMessage) -> None:
+        if not message.text.strip():
+            raise ValueError("the message is empty; write what the agent should know")
+        if message.mode == "interrupt":
+            raise ValueError(
+                "interrupting a round is not available yet; send the message to steer "
+                "(the agent sees it before its next step) or queue it"
+            )
+        if self._status in ("replied", "failed", "canceled") or self._ending:
+            raise ValueError(
+                f"task {self.data.task_id} is ending ({self._status}); start a new task in its "
+                f"session: errands run --session {self.data.session_id} TEXT"
+            )
+
     # -- side questions: answered beside the task, never touching it ---------------------------
 
     @workflow.update(name="ask_side_question")
@@ -333,9 +380,34 @@ class TaskWorkflow:
             self._fail("internal", f"{type(error).__name__}: {error}")
         if self._error is not None:
             await self._log_end("failed", kind=self._error.kind, message=self._error.message)
+        self._ending = True  # messages sent from now on are refused
+        await self._start_queued()
         # A side question in flight is answered before the task closes.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
+
+    async def _start_queued(self) -> None:
+        """The first queued message becomes the session's next task (carrying the rest)."""
+        if not self.state.queued:
+            return
+        data, first, rest = self.data, self.state.queued[0], self.state.queued[1:]
+        next_id = ids.queued_task_id(data.task_id, self.state.messages)
+        await workflow.start_child_workflow(
+            "TaskWorkflow",
+            data.model_copy(
+                update={"task_id": next_id, "text": first, "carry": None, "queued": rest}
+            ),
+            id=next_id,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            search_attributes=initial(data.session_id) if data.search_attributes else None,
+            static_summary=f"queued after {data.task_id}",
+        )
+        self.state.queued = []
+        self._next_task = next_id
+
+    def _undelivered(self) -> list[str]:
+        """Messages that arrived as the task ended: no step of the agent showed them."""
+        return [m.message_id for m in self.state.steers if m.seq > self.state.seen_upto]
 
     async def _log_end(self, type_: EventType, **data: Any) -> None:
         """The event log's last event when the task fails or is canceled (a reply's is written
@@ -371,6 +443,8 @@ class TaskWorkflow:
             phase=self._phase,
             pending_question=self.pending_question(),
             pending_approval=self.pending_approval(),
+            undelivered=self._undelivered() if self._status != "running" else [],
+            next_task=self._next_task,
             answer_errors=state.answer_errors[-5:],
             last_round=state.last_round,
             side_question_model=data.side_question_model or data.model,
@@ -402,6 +476,7 @@ class TaskWorkflow:
             else:
                 upto = parked.slot.upto if parked else prepared.upto_seq
                 outcome = await self._decide(decider, round_, upto, parked)
+                upto = max(upto, state.seen_upto)  # the messages its steps showed
                 if isinstance(outcome, Failure):
                     if await self._retried_later(round_, outcome):
                         continue

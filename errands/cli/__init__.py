@@ -117,6 +117,17 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument("--json", action="store_true")
     answer.set_defaults(handler=commands.answer)
 
+    say = sub.add_parser("say", help="send a message into a running task")
+    say.add_argument("task")
+    say.add_argument("text")
+    how = say.add_mutually_exclusive_group()
+    how.add_argument(
+        "--queue", action="store_true", help="make it the session's next task once this one ends"
+    )
+    how.add_argument("--interrupt", action="store_true", help="stop the round in flight first")
+    say.add_argument("--json", action="store_true")
+    say.set_defaults(handler=commands.say)
+
     approve = sub.add_parser("approve", help="let a task's tool call waiting for approval run")
     approve.add_argument("task")
     approve.add_argument(

@@ -117,6 +117,20 @@ async def answer(args: argparse.Namespace) -> int:
     return 0
 
 
+async def say(args: argparse.Namespace) -> int:
+    mode = "queue" if args.queue else "interrupt" if args.interrupt else "steer"
+    settings = load_settings()
+    async with stack(settings, need_worker_here=False) as client:
+        receipt = await client.task(args.task).say(args.text, mode=mode)
+    if args.json:
+        print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
+    elif receipt.status == "queued":
+        print(f"{args.task}: queued as {receipt.message_id}; it becomes the next task")
+    else:
+        print(f"{args.task}: {receipt.message_id} sent; the agent sees it before its next step")
+    return 0
+
+
 async def approve(args: argparse.Namespace) -> int:
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:

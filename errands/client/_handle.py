@@ -41,7 +41,14 @@ from errands.errors import (
 from errands.events import TERMINAL, StoredEvent
 from errands.progress import ProgressEvent, Snapshot, Tracker, last_round
 from errands.side_questions import SIDE_TIMEOUT_SECONDS
-from errands.workflow_io import AnswerReceipt, SideQuestion, TaskError, TaskResult
+from errands.workflow_io import (
+    AnswerReceipt,
+    MessageReceipt,
+    SendMessage,
+    SideQuestion,
+    TaskError,
+    TaskResult,
+)
 from workflows import _search as search
 
 if TYPE_CHECKING:
@@ -222,6 +229,38 @@ class TaskHandle:
             raise Conflict(f"answer rejected: {reason}") from None
         except WorkflowUpdateRPCTimeoutOrCancelledError as error:
             raise await self._no_worker(description, str(error)) from None
+        except RPCError as error:
+            raise self._ended_meanwhile(error) from None
+
+    async def say(self, text: str, *, mode: str = "steer") -> MessageReceipt:
+        """Send a message into the running task. ``steer`` (the default): into its session,
+        shown to the agent before its next step (a reply it wrote without it is discarded and
+        it decides again); ``queue``: the session's next task once this one ends."""
+        if not text.strip():
+            raise InvalidRequest("the message is empty; write what the agent should know")
+        if mode not in ("steer", "interrupt", "queue"):
+            raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
+        description = await self._describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            ended = description.status.name.lower() if description.status else "closed"
+            session = (await self._closed(description)).session_id
+            raise TaskEnded(
+                self.task_id,
+                ended,
+                f"the message was not sent; start a new task in its session instead: "
+                f"errands run --session {session} TEXT",
+            )
+        try:
+            update = await self._start_update(
+                description,
+                "send_message",
+                SendMessage(text=text, mode=mode),  # type: ignore[arg-type]
+                MessageReceipt,
+            )
+            receipt: MessageReceipt = await update.result()
+            return receipt
+        except WorkflowUpdateFailedError as error:
+            raise Conflict(f"message refused: {innermost(error)}") from None
         except RPCError as error:
             raise self._ended_meanwhile(error) from None
 

@@ -7,6 +7,7 @@
     GET  /v1/tasks/{task_id}                the fields of `errands status --json`
     POST /v1/tasks/{task_id}/answer         {answers, status?, question_set_id?}
     POST /v1/tasks/{task_id}/approval       {decision, reason?, approval_id?}
+    POST /v1/tasks/{task_id}/messages       {text, mode?}
     POST /v1/tasks/{task_id}/btw            {question}
     POST /v1/tasks/{task_id}/cancel         → 202
     GET  /v1/sessions/{session_id}/messages ?after=SEQ

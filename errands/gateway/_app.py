@@ -26,6 +26,7 @@ from errands.gateway._models import (
     ApprovalRequestBody,
     CancelRequested,
     MessageOut,
+    MessageRequest,
     Messages,
     NewTask,
     Problem,
@@ -35,7 +36,7 @@ from errands.gateway._models import (
 )
 from errands.gateway._progress import ProgressHub
 from errands.progress import ProgressEvent
-from errands.workflow_io import TaskResult
+from errands.workflow_io import MessageReceipt, TaskResult
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -128,6 +129,16 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         return AnswerAccepted(
             task_id=task_id, question_set_id=receipt.question_set_id, status=receipt.status
         )
+
+    @app.post(
+        "/v1/tasks/{task_id}/messages",
+        response_model=MessageReceipt,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="Send a message into the running task (steer it, or queue the next task)",
+    )
+    async def message(task_id: TaskId, body: MessageRequest) -> MessageReceipt:
+        return await client.task(task_id).say(body.text, mode=body.mode)
 
     @app.post(
         "/v1/tasks/{task_id}/approval",

@@ -57,6 +57,13 @@ class AnswerRequest(_Request):
         return self
 
 
+class MessageRequest(_Request):
+    """A message into the running task (as ``errands say``)."""
+
+    text: str = Field(max_length=100_000, description="What the agent should know.")
+    mode: Literal["steer", "interrupt", "queue"] = "steer"
+
+
 class ApprovalRequestBody(_Request):
     """The answer to the tool call waiting for approval (as ``errands approve`` / ``deny``)."""
 

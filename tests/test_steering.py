@@ -1,0 +1,119 @@
+"""Messages into a running task (issue 17): a steer joins the session and reaches the agent's
+next step (a reply written without it is discarded), a queued message becomes the session's next
+task, and a message to a finished task is refused with the command that starts a new one."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.client import Client
+
+from errands import ids
+from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
+from errands.workflow_io import TaskResult
+from tests.conftest import run_cli
+from tests.helpers import start_task
+
+MODEL = "openai:gpt-steer"
+
+
+def user_texts(request: RecordedRequest) -> list[str]:
+    return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
+
+
+async def until(condition: Any, timeout: float = 60) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_reply_is_dropped(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    seen: list[RecordedRequest] = []
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        seen.append(request)
+        if any("also cover cost" in t for t in user_texts(request)):
+            return Reply(calls=[Call("final_reply", {"text": "Plan, with its cost."})])
+        return Reply(calls=[Call("final_reply", {"text": "Plan, no cost."})], delay=3)
+
+    scripted.script("gpt-steer", main_agent, main_agent)
+    handle = await start_task(client, settings.task_queue, "Plan the move.", model=MODEL)
+    await until(lambda: len(seen) == 1)
+    said = await run_cli(cli_env, "say", handle.id, "also cover cost", "--json")
+    assert said.code == 0, said.stderr
+    receipt = said.json()
+    assert receipt["message_id"] == ids.steer_message_id(handle.id, 1)
+    assert receipt["status"] == "accepted"
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.reply == "Plan, with its cost."
+    assert len(seen) == 2 and user_texts(seen[1])[-1].endswith("also cover cost")
+    history = await run_cli(cli_env, "history", result.session_id, "--json")
+    rows = history.json()["messages"]
+    steer = [r for r in rows if r["id"] == ids.steer_message_id(handle.id, 1)]
+    assert [(r["role"], r["text"]) for r in steer] == [("user", "also cover cost")]
+    texts = [r["text"] for r in rows]
+    assert texts.count("also cover cost") == 1
+    assert "Plan, no cost." not in texts, "the reply written without the message was dropped"
+    log = [e.type for e in store.list_events(handle.id)]
+    assert log.count("message_received") == 1 and log.count("message_delivered") == 1
+    assert log.index("message_received") < log.index("message_delivered") < log.index("replied")
+
+
+async def test_a_queued_message_becomes_the_sessions_next_task(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    seen: list[RecordedRequest] = []
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        seen.append(request)
+        asked = user_texts(request)[-1].split("] ", 1)[-1]
+        return Reply(calls=[Call("final_reply", {"text": f"answered: {asked}"})], delay=1)
+
+    scripted.script("gpt-steer", main_agent, main_agent)
+    handle = await start_task(client, settings.task_queue, "First question.", model=MODEL)
+    await until(lambda: len(seen) == 1)
+    queued = await run_cli(cli_env, "say", handle.id, "Then this one.", "--queue", "--json")
+    assert queued.code == 0, queued.stderr
+    assert queued.json()["status"] == "queued"
+    first = await asyncio.wait_for(handle.result(), 60)
+
+    assert first.reply == "answered: First question."
+    assert first.next_task == ids.queued_task_id(handle.id, 1)
+    second = await asyncio.wait_for(
+        client.get_workflow_handle(first.next_task, result_type=TaskResult).result(), 60
+    )
+    assert second.session_id == first.session_id
+    assert second.reply == "answered: Then this one."
+    texts = [r.text for r in store.list_session(first.session_id)]
+    assert texts.index("Then this one.") > texts.index(first.reply)
+
+
+async def test_a_message_to_a_finished_task_is_refused_with_the_command_to_start_one(
+    client: Client,
+    settings: Settings,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    scripted.script("gpt-steer", Reply(calls=[Call("final_reply", {"text": "done"})]))
+    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    result = await asyncio.wait_for(handle.result(), 60)
+    refused = await run_cli(cli_env, "say", handle.id, "one more thing")
+    assert refused.code == 2
+    assert f"errands run --session {result.session_id} TEXT" in refused.stderr
