@@ -137,6 +137,10 @@ def tool_failed(name: str, detail: str) -> str:
     return f"{name} could not be run ({detail}). Go on without it, or try it again later."
 
 
+INTERRUPTED = (
+    "cancelled: the user interrupted the round with a message before this subtask finished"
+)
+
 TOOL_CANCELLED = "Cancelled: the work was stopped before this tool call returned."
 
 

@@ -5,6 +5,7 @@ task, and a message to a finished task is refused with the command that starts a
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from temporalio.client import Client
@@ -117,3 +118,49 @@ async def test_a_message_to_a_finished_task_is_refused_with_the_command_to_start
     refused = await run_cli(cli_env, "say", handle.id, "one more thing")
     assert refused.code == 2
     assert f"errands run --session {result.session_id} TEXT" in refused.stderr
+
+
+async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees_the_message(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    rounds: list[RecordedRequest] = []
+    branches: list[RecordedRequest] = []
+
+    def model(request: RecordedRequest) -> Reply:
+        tools = [t["function"]["name"] for t in request.body.get("tools", [])]
+        if "final_reply" not in tools:
+            branches.append(request)
+            return Reply(text="slow branch result", delay=20)
+        rounds.append(request)
+        if len(rounds) == 1:
+            subtasks = [{"type": "general", "prompt": f"Slow part {k}"} for k in (1, 2)]
+            return Reply(
+                calls=[Call("delegate", {"reply": "Two slow parts.", "subtasks": subtasks})]
+            )
+        return Reply(calls=[Call("final_reply", {"text": "Changed course."})])
+
+    scripted.responder = model
+    try:
+        handle = await start_task(client, settings.task_queue, "Do two slow parts.", model=MODEL)
+        await until(lambda: len(branches) == 2)
+        said = await run_cli(cli_env, "say", handle.id, "Stop, just summarise.", "--interrupt")
+        assert said.code == 0, said.stderr
+        result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        scripted.responder = None
+
+    assert result.reply == "Changed course."
+    assert result.rounds == 2
+    round1 = json.dumps(rounds[1].body["messages"])
+    assert "Stop, just summarise." in round1
+    assert "the user interrupted the round" in round1
+    rows = [r for r in store.list_session(result.session_id) if r.kind == "branch"]
+    assert sorted(r.meta["status"] for r in rows) == ["failed", "failed"]
+    for k in (1, 2):
+        child = client.get_workflow_handle(ids.child_workflow_id(handle.id, 0, k))
+        assert (await child.describe()).status.name == "CANCELED"  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands import approvals, ids
+    from errands import approvals, ids, prompts
     from errands.activity_io import (
         AppendAckInput,
         AppendMessageInput,
@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         JoinInput,
         OpenTaskInput,
         PrepareRoundInput,
+        RecordBranchInput,
         RememberApprovalInput,
         RoundState,
         SideAnswer,
@@ -70,6 +71,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows._side import answer_side_question
     from workflows._waiting import HandOver, PendingQuestion
 
+INTERRUPTIBLE_ROUNDS = "branches-interruptible-by-a-message"
+"""Patch: a round's branches run beside a wait for an interrupting message. Runs from before it
+await the branches directly."""
+
 TASK_END_LOGGED = "task-end-in-the-event-log"
 """Patch: a task that fails or is canceled writes that to the event log. Runs from before it
 replay without the call."""
@@ -100,6 +105,7 @@ class TaskWorkflow:
         self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
         self._verdicts = Verdicts()
         self._ending = False
+        self._interrupted = False
         self._next_task: str | None = None
         if data.carry is None and data.queued:
             self.state.queued = list(data.queued)
@@ -296,17 +302,14 @@ class TaskWorkflow:
             ),
         )
         state.steers.append(SteerMark(message_id=message_id, seq=seq))
+        if message.mode == "interrupt":
+            self._interrupted = True  # branches running now are cancelled (_run_branches)
         return MessageReceipt(message_id=message_id, mode=message.mode, status="accepted")
 
     @send_message.validator
     def _validate_message(self, message: SendMessage) -> None:
         if not message.text.strip():
             raise ValueError("the message is empty; write what the agent should know")
-        if message.mode == "interrupt":
-            raise ValueError(
-                "interrupting a round is not available yet; send the message to steer "
-                "(the agent sees it before its next step) or queue it"
-            )
         if self._status in ("replied", "failed", "canceled") or self._ending:
             raise ValueError(
                 f"task {self.data.task_id} is ending ({self._status}); start a new task in its "
@@ -571,13 +574,58 @@ class TaskWorkflow:
         row make a streak, and a long streak makes the next round final."""
         state, todo = self.state, to_start(decision, done)
         self._phase = f"round {round_}: {len(todo)} subtasks running"
-        outcomes = await run_branches(
-            self.data, state, round_, upto, todo, done, ended=self._branch_ended
-        )
+        branches = run_branches(self.data, state, round_, upto, todo, done, self._branch_ended)
+        if not workflow.patched(INTERRUPTIBLE_ROUNDS):
+            outcomes = await branches
+        else:
+            self._interrupted = False
+            running = asyncio.ensure_future(branches)
+            try:
+                await workflow.wait_condition(lambda: running.done() or self._interrupted)
+            except asyncio.CancelledError:
+                running.cancel()  # the task is canceled: so are its branches
+                await asyncio.gather(running, return_exceptions=True)
+                raise
+            if not running.done():
+                await self._interrupt(round_, decision, running)
+                return
+            outcomes = running.result()
         signature = failure_signature(outcomes)
         repeated = bool(signature) and signature == state.last_signature
         state.streak = state.streak + 1 if repeated else int(bool(signature))
         state.last_signature = signature
+
+    async def _interrupt(
+        self, round_: int, decision: DelegateDecision, running: asyncio.Future[Any]
+    ) -> None:
+        """The user's message interrupts the round: its branches are cancelled, each that had
+        not finished is recorded as such, and the next round decides with the message."""
+        self._phase = f"round {round_}: interrupted by your message"
+        running.cancel()
+        try:
+            await running
+        except asyncio.CancelledError:
+            pass
+        data = self.data
+        await asyncio.gather(
+            *(
+                store_call(
+                    SessionActivities.record_branch,
+                    RecordBranchInput(
+                        task_id=data.task_id,
+                        session_id=data.session_id,
+                        round=round_,
+                        ordinal=ordinal,
+                        thread_id=thread_id(round_, ordinal),
+                        draft=draft,
+                        status="failed",
+                        error=prompts.INTERRUPTED,
+                    ),
+                )
+                for ordinal, draft in enumerate(decision.subtasks, 1)
+            )
+        )
+        self._interrupted = False
 
     # -- waiting for the user ---------------------------------------------------------------
 
