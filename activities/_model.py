@@ -107,7 +107,32 @@ class ToolEvents:
         self._store, self._task_id, self._where = store, task_id, where
         self._call_id, self._call = call_id, call
 
-    async def requested(self) -> None:
+    async def denied(self, text: str) -> None:
+        """Not run: denied, not answered in time, no one to ask, cancelled or failed."""
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:denied",
+            "tool_denied",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            reason=preview(text),
+        )
+
+    async def requested(self, *, approved: bool) -> None:
+        if approved:
+            await asyncio.to_thread(
+                record,
+                self._store,
+                self._task_id,
+                f"{self._call_id}:approved",
+                "tool_approved",
+                self._call_id,
+                where=self._where,
+                tool=self._call.name,
+            )
         await asyncio.to_thread(
             record,
             self._store,
@@ -373,8 +398,9 @@ class ModelActivities:
         try:
             if data.verdict is not None:
                 text, is_error = data.verdict, True  # not run: denied, unanswered or cancelled
+                await events.denied(text)
             else:
-                await events.requested()
+                await events.requested(approved=data.approved)
                 text, is_error = await self._run_tool(data, call, result_id)
         except asyncio.CancelledError:
             # The branch was cancelled with this call open: the thread still gets its result,
@@ -384,7 +410,8 @@ class ModelActivities:
                 await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
-        await events.finished(text, is_error)
+        if data.verdict is None:
+            await events.finished(text, is_error)
         return RunToolOutput(ok=not is_error, chars=len(text))
 
     async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> tuple[str, bool]:
@@ -459,8 +486,9 @@ class ModelActivities:
         try:
             if data.verdict is not None:
                 text, is_error = data.verdict, True
+                await events.denied(text)
             else:
-                await events.requested()
+                await events.requested(approved=data.approved)
                 text, is_error = await self._round_tool(data)
         except asyncio.CancelledError:
             if cancel_requested():
@@ -468,7 +496,8 @@ class ModelActivities:
                 await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
         await asyncio.to_thread(self._store.append_once, result(text, is_error))
-        await events.finished(text, is_error)
+        if data.verdict is None:
+            await events.finished(text, is_error)
         return RunToolOutput(ok=not is_error, chars=len(text))
 
     async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:

@@ -246,6 +246,8 @@ class RunToolInput(BaseModel):
     verdict: str | None = None
     """Set when the call must not run (denied, not approved in time, cancelled): this text is
     stored as its error result instead."""
+    approved: bool = False
+    """The user approved this call (it waited for approval)."""
 
 
 class RunRoundToolInput(BaseModel):
@@ -259,6 +261,8 @@ class RunRoundToolInput(BaseModel):
     max_attempts: int = TOOL_MAX_ATTEMPTS
     verdict: str | None = None
     """As ``RunToolInput.verdict``."""
+    approved: bool = False
+    """As ``RunToolInput.approved``."""
 
 
 class RunToolOutput(BaseModel):

@@ -83,8 +83,12 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "output": "the branch's answer or error (a preview)",
     },
     "tool_requested": {"where": _WHERE, "tool": "the name the model called", "arguments": "cut"},
-    "tool_approved": {"where": _WHERE, "tool": "as tool_requested", "always": "approve-always"},
-    "tool_denied": {"where": _WHERE, "tool": "as tool_requested", "reason": "why, if given"},
+    "tool_approved": {"where": _WHERE, "tool": "as tool_requested"},
+    "tool_denied": {
+        "where": _WHERE,
+        "tool": "as tool_requested",
+        "reason": "what the model is told instead (denied, unanswered, headless, cancelled)",
+    },
     "tool_finished": {
         "where": _WHERE,
         "tool": "as tool_requested",

@@ -491,6 +491,8 @@ async def test_a_call_that_asks_waits_for_approval_and_runs_once_approved(
     assert result.status == "replied" and result.pending_approval is None
     assert (servers.web / "approved.txt").read_text() == "yes"
     assert branch_rows(store, result) == ["tool said: wrote note approved"]
+    tools = [e.type for e in store.list_events(handle.id) if e.type.startswith("tool_")]
+    assert tools == ["tool_approved", "tool_requested", "tool_finished"]
 
 
 async def test_approve_always_lets_later_calls_of_the_tool_in_the_session_run_unasked(
@@ -551,6 +553,8 @@ async def test_a_denial_reaches_the_model_with_the_users_reason(
     stored = store.get(ids.thread_tool_result_id(thread, 0, 0))
     assert stored is not None and "Their reason: that folder is shared" in stored.text
     assert not (servers.web / "denied.txt").exists()
+    (denial,) = [e for e in store.list_events(handle.id) if e.type.startswith("tool_")]
+    assert denial.type == "tool_denied" and "that folder is shared" in denial.data["reason"]
 
 
 async def test_an_unanswered_approval_times_out_with_its_own_text(

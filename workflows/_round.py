@@ -427,6 +427,7 @@ class RoundDecider:
                         timeout_seconds=settings.tool_timeout_seconds,
                         max_attempts=settings.tool_max_attempts,
                         verdict=verdict,
+                        approved=index in verdicts and verdict is None,
                     ),
                     start_to_close_timeout=timedelta(seconds=settings.tool_timeout_seconds + 30),
                     heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
@@ -435,7 +436,9 @@ class RoundDecider:
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=f"round {slot.round} · {slot.name} · {call.name}",
                 )
-                for call, result_id, verdict in zip(calls, result_ids, verdict_of, strict=True)
+                for index, call, result_id, verdict in zip(
+                    by_index, calls, result_ids, verdict_of, strict=True
+                )
             ),
             return_exceptions=True,
         )

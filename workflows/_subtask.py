@@ -199,6 +199,7 @@ class SubtaskWorkflow:
                     timeout_seconds=data.tool_timeout_seconds,
                     max_attempts=data.tool_max_attempts,
                     verdict=verdict,
+                    approved=i in verdicts and verdict is None,
                 ),
                 # The tool's own timeout fires first and is reported to the model; this one
                 # stops an attempt whose worker hangs past it.
