@@ -18,7 +18,7 @@ from errands.settings import Settings
 from errands.store import SessionStore
 from errands.workflow_io import RoundSettings
 from tests.conftest import run_cli
-from tests.helpers import Conversation, start_task
+from tests.helpers import Conversation, keep_history, start_task
 
 MODEL = "openai:gpt-events"
 
@@ -122,6 +122,7 @@ async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(
     failed = await asyncio.wait_for(failing.result(), 60)
     assert failed.status == "failed"
     log = [e async for e in ErrandsClient(client, settings, store=store).task(failing.id).events()]
+    await keep_history(client, failing.id, "event_log_failed")
     assert log[-1].type == "failed"
     assert log[-1].data["kind"] == failed.error.kind if failed.error else False
 
@@ -145,6 +146,7 @@ async def test_a_canceled_task_ends_its_log_with_canceled(
         await handle.result()
     except WorkflowFailureError:
         pass
+    await keep_history(client, handle.id, "event_log_canceled")
     log = [e.type for e in await asyncio.to_thread(store.list_events, handle.id)]
     assert log[-1] == "canceled"
     assert "replied" not in log

@@ -16,7 +16,7 @@ from errands.settings import Settings
 from errands.store import SessionStore
 from errands.workflow_io import TaskResult
 from tests.conftest import run_cli
-from tests.helpers import start_task
+from tests.helpers import keep_history, start_task
 
 MODEL = "openai:gpt-steer"
 
@@ -66,6 +66,7 @@ async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_r
     texts = [r["text"] for r in rows]
     assert texts.count("also cover cost") == 1
     assert "Plan, no cost." not in texts, "the reply written without the message was dropped"
+    await keep_history(client, handle.id, "steer_during_a_model_call")
     log = [e.type for e in store.list_events(handle.id)]
     assert log.count("message_received") == 1 and log.count("message_delivered") == 1
     assert log.index("message_received") < log.index("message_delivered") < log.index("replied")
@@ -96,6 +97,7 @@ async def test_a_queued_message_becomes_the_sessions_next_task(
 
     assert first.reply == "answered: First question."
     assert first.next_task == ids.queued_task_id(handle.id, 1)
+    await keep_history(client, handle.id, "queued_message")
     second = await asyncio.wait_for(
         client.get_workflow_handle(first.next_task, result_type=TaskResult).result(), 60
     )
@@ -156,6 +158,7 @@ async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees
 
     assert result.reply == "Changed course."
     assert result.rounds == 2
+    await keep_history(client, handle.id, "interrupted_round")
     round1 = json.dumps(rounds[1].body["messages"])
     assert "Stop, just summarise." in round1
     assert "the user interrupted the round" in round1

@@ -493,6 +493,8 @@ async def test_a_call_that_asks_waits_for_approval_and_runs_once_approved(
     assert branch_rows(store, result) == ["tool said: wrote note approved"]
     tools = [e.type for e in store.list_events(handle.id) if e.type.startswith("tool_")]
     assert tools == ["tool_approved", "tool_requested", "tool_finished"]
+    await keep_history(client, handle.id, "approval_in_a_branch")
+    await keep_history(client, ids.child_workflow_id(handle.id, 0, 1), "approval_branch_waits")
 
 
 async def test_approve_always_lets_later_calls_of_the_tool_in_the_session_run_unasked(
@@ -633,6 +635,7 @@ async def test_the_main_agents_call_that_asks_every_time_waits_and_can_be_denied
 
     assert result.reply is not None
     assert result.reply.startswith("ERROR: Not approved: the user denied this call")
+    await keep_history(client, handle.id, "approval_of_the_main_agent_denied")
 
 
 async def test_the_cli_the_gateway_and_the_client_answer_approvals(
