@@ -166,8 +166,10 @@ async def run_planned(
         expected_calls = sum(p.main_calls + p.branch_calls for p in plans)
         for n in range(size.strikes):
             left = max(1, expected_calls - agent.calls)
-            # At most an even share of what is left, so every strike lands before the end.
-            target = agent.calls + rng.randint(1, max(1, left // (size.strikes - n)))
+            # At most an even share of what is left, and never the last two calls, so every
+            # strike lands before the end (the tasks can finish during the pause below).
+            share = left // (size.strikes - n) - 2
+            target = agent.calls + rng.randint(1, max(1, share))
             while agent.calls < target and not stop.is_set():
                 await asyncio.sleep(0.05)
             await asyncio.sleep(rng.uniform(0, 0.6))
