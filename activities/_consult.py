@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._context import ContextFitter, SessionView
+from activities._events import preview, record
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from errands import side_questions
@@ -82,7 +83,31 @@ class ConsultActivities:
     @activity.defn(name="answer_side_question")
     async def answer_side_question(self, data: SideQuestionInput) -> SideAnswer:
         """The preferred path, the fallback, or both in turn (``data.path``)."""
-        return await heartbeating(self._answer_side_question(data))
+        info = activity.info()
+        cause = f"side:{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
+        if data.path != "fallback":  # the first (or only) activity of the question
+            await asyncio.to_thread(
+                record,
+                self._store,
+                data.task_id,
+                f"{cause}:asked",
+                "side_question_asked",
+                cause,
+                question=preview(data.question),
+            )
+        answer = await heartbeating(self._answer_side_question(data))
+        if answer.answer:
+            await asyncio.to_thread(
+                record,
+                self._store,
+                data.task_id,
+                f"{cause}:answered",
+                "side_question_answered",
+                cause,
+                answer=preview(answer.answer),
+                model=answer.model,
+            )
+        return answer
 
     async def _answer_side_question(self, data: SideQuestionInput) -> SideAnswer:
         try:

@@ -150,3 +150,26 @@ async def test_a_canceled_task_ends_its_log_with_canceled(
     log = [e.type for e in await asyncio.to_thread(store.list_events, handle.id)]
     assert log[-1] == "canceled"
     assert "replied" not in log
+
+
+async def test_a_side_question_is_logged_asked_and_answered(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+) -> None:
+    scripted.script(
+        "gpt-events",
+        Reply(calls=[Call("final_reply", {"text": "done"})]),
+        Reply(text="I replied that it is done."),
+    )
+    handle = await start_task(client, settings.task_queue, "Finish quickly.", model=MODEL)
+    await asyncio.wait_for(handle.result(), 60)
+    answer = await ErrandsClient(client, settings, store=store).task(handle.id).btw("What now?")
+
+    log = await asyncio.to_thread(store.list_events, handle.id)
+    asked, answered = [e for e in log if e.type.startswith("side_question")]
+    assert (asked.type, asked.data["question"]) == ("side_question_asked", "What now?")
+    assert answered.type == "side_question_answered"
+    assert answered.data["answer"] == answer.answer and answered.cause == asked.cause
