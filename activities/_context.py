@@ -79,6 +79,8 @@ def session_view(
 
 
 Build = Callable[[int], tuple[ModelRequest, int, SessionView]]
+Logger = Callable[[StoredMessage], None]
+"""Told of a stored summary row."""
 """Builds the request from the store as it is now, bulky outputs as previews to the level
 asked (``errands.reading``; blocking): the request, its catalog's size, and the view of the
 session it rendered."""
@@ -92,10 +94,13 @@ class ContextFitter:
         self._store = store
         self._router = router
 
-    def fitting(self, model: str, build: Build, *, compact: bool = True) -> Fitting:
+    def fitting(
+        self, model: str, build: Build, *, compact: bool = True, log: Logger | None = None
+    ) -> Fitting:
         """``compact`` False: previews only, for requests that share a round's prefix (side
-        questions, the advisor), so they render what the round rendered and write nothing."""
-        return Fitting(self, model, build, compact)
+        questions, the advisor), so they render what the round rendered and write nothing.
+        ``log`` hears of each summary row stored (for the event log). Blocking ``log``."""
+        return Fitting(self, model, build, compact, log=log)
 
     def budget(self, model: str, request: ModelRequest, window: int | None = None) -> int:
         """``request``'s input budget on ``model``: its catalog window, or the smaller
@@ -123,6 +128,7 @@ class ContextFitter:
         budget: int,
         spent: ModelUsage,
         window: int | None = None,
+        log: Logger | None = None,
     ) -> str | None:
         """Fold the oldest part of ``view`` (what ``request`` rendered) into a new summary:
         None once it is stored, else why no summary could be made (worth another try);
@@ -153,6 +159,8 @@ class ContextFitter:
             )
             if isinstance(folded, str):
                 return folded
+            if log is not None:
+                await asyncio.to_thread(log, folded)
             previous = folded
             activity.heartbeat()
         return None
@@ -267,6 +275,8 @@ class Fitting:
     refusals: int = 0
     request: ModelRequest | None = None
     view: SessionView | None = None
+    log: Logger | None = None
+    """Hears of each summary row stored."""
 
     async def fit(self) -> tuple[ModelRequest, int]:
         """The request, and its catalog's size, once it fits."""
@@ -293,7 +303,7 @@ class Fitting:
             compact_now = False
             self.problem = (
                 await self.fitter.compact(
-                    self.model, request, view, budget, self.spent, self.window
+                    self.model, request, view, budget, self.spent, self.window, self.log
                 )
                 or "the request was still too long after it"
             )

@@ -4,7 +4,7 @@ the SDK clients have theirs off, and provider errors are classified once at this
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -73,6 +73,17 @@ class ModelCall:
             attempt=self._attempt,
             **fields,
         )
+
+
+def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[StoredMessage], None]:
+    """What logs each compaction summary a step's fitting stores."""
+
+    def log(summary: StoredMessage) -> None:
+        key = f"{summary.id}:compaction"
+        covers = summary.meta.get("covers")
+        record(store, task_id, key, "compaction", summary.id, where=where, covers=covers)
+
+    return log
 
 
 def delivered(store: SessionStore, task_id: str, message_ids: list[str]) -> None:
@@ -193,6 +204,7 @@ class ModelActivities:
         fitting = self._fitter.fitting(
             data.model,
             lambda previews: round_request(self._store, self._types, data, previews, main_tools),
+            log=compactions(self._store, data.task_id, MAIN),
         )
         call = ModelCall(self._store, data.task_id, MAIN, data.step, data.model)
         await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
@@ -250,7 +262,9 @@ class ModelActivities:
                 ),
             )
         fitting = self._fitter.fitting(
-            data.model, lambda previews: self._branch_request(data, previews, pinned)
+            data.model,
+            lambda previews: self._branch_request(data, previews, pinned),
+            log=compactions(self._store, data.task_id, branch_of(data.thread_id)),
         )
         where = branch_of(data.thread_id)
         call = ModelCall(self._store, data.task_id, where, data.step, data.model)

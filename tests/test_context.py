@@ -347,6 +347,11 @@ async def test_a_session_far_beyond_the_window_is_compacted_and_its_summary_reus
         assert f"Summary {len(first.summaries)}:" in opening
     compaction = result.usage.parts["compaction"][MODEL]
     assert compaction.calls == len(first.summaries)
+    # Each summary row is in the task's event log once, with the stretch it covers.
+    logged = [e for e in store.list_events(handle.id, limit=10_000) if e.type == "compaction"]
+    assert [(e.cause, e.data["covers"], e.data["where"]) for e in logged] == [
+        (s.id, s.meta["covers"], "main") for s in made
+    ]
 
     second = Responder([final("again")])
     windowed.responder = second
@@ -622,6 +627,9 @@ async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_c
     thread = row.meta["thread_id"]
     await keep_history(client, thread, "branch_thread_compacted")
     assert summaries(store, thread)  # the thread was compacted, and kept its opening
+    logged = [e for e in store.list_events(handle.id) if e.type == "compaction"]
+    assert [e.cause for e in logged] == [s.id for s in summaries(store, thread)]
+    assert {e.data["where"] for e in logged} == {"r0/b1"}
     assert all("read pages 1 to 40" in r.body["messages"][1]["content"] for r in fetched)
     assert len(fetched) == 41
     for request in fetched:  # one summary at most, right after the opening; no stray system turn
