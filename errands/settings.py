@@ -25,6 +25,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    HttpUrl,
     SecretStr,
     ValidationError,
     field_validator,
@@ -154,6 +155,12 @@ class Settings(BaseSettings):
     """Port of the embedded dev server's frontend; also where the CLI looks for a running one."""
     dev_ui_port: Port = Field(default=8233, alias="ERRANDS_DEV_UI_PORT")
     """Port of the embedded dev server's web UI (the Temporal UI)."""
+    temporal_ui_url: HttpUrl | None = Field(default=None, alias="ERRANDS_TEMPORAL_UI_URL")
+    """The Temporal UI's base URL, where frontends link each task (the web page, ``errands
+    watch``).
+
+    Unset: the embedded dev server's UI (``http://127.0.0.1:<ERRANDS_DEV_UI_PORT>``) when
+    ``TEMPORAL_ADDRESS`` is unset, else no link."""
 
     # -- models and their credentials --------------------------------------------------------
 
@@ -400,6 +407,14 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'sessions.db').resolve()}"
+
+    def temporal_ui(self) -> str | None:
+        """The Temporal UI's base URL (no trailing slash), or None when there is none to link."""
+        if self.temporal_ui_url is not None:
+            return str(self.temporal_ui_url).rstrip("/")
+        if self.temporal_address:
+            return None
+        return f"http://127.0.0.1:{self.dev_ui_port}"
 
     def default_model(self) -> tuple[str, str | None]:
         """The model to use and, when it is the offline demo, a one-line note saying why."""

@@ -103,7 +103,11 @@ class Watcher:
     status: int = 0
     task: asyncio.Task[None] | None = None
 
+    stream: str = "progress"
+
     def types(self) -> list[str]:
+        if self.stream.startswith("events"):
+            return [e.type for e in self.events]
         return [e.type for e in self.events if e.type in PROGRESS]
 
     async def until(self, type_: str, timeout: float = 30) -> Event:
@@ -126,7 +130,8 @@ class Watcher:
 async def read_stream(
     http: httpx.AsyncClient, task_id: str, into: Watcher, headers: dict[str, str] | None = None
 ) -> None:
-    async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as response:
+    path = f"/v1/tasks/{task_id}/{into.stream}"
+    async with http.stream("GET", path, headers=headers) as response:
         into.status = response.status_code
         frame: dict[str, Any] = {}
         async for line in response.aiter_lines():
@@ -145,8 +150,11 @@ async def read_stream(
                 frame[name] = value[1:] if value.startswith(" ") else value
 
 
-def watch(http: httpx.AsyncClient, task_id: str, **kwargs: Any) -> Watcher:
-    watcher = Watcher()
+def watch(
+    http: httpx.AsyncClient, task_id: str, stream: str = "progress", **kwargs: Any
+) -> Watcher:
+    """Read ``/v1/tasks/{task_id}/{stream}`` (``progress`` or ``events``, the log)."""
+    watcher = Watcher(stream=stream)
     watcher.task = asyncio.create_task(read_stream(http, task_id, watcher, **kwargs))
     return watcher
 
@@ -246,7 +254,7 @@ async def test_a_reconnecting_client_resumes_after_the_last_event_it_saw(
 
     resumed = watch(http, task, headers={"Last-Event-ID": delegated.id or ""})
     assert await resumed.finished() == full[full.index("delegated") + 1 :]
-    ended = await http.get(f"/v1/tasks/{task}/events", headers={"Last-Event-ID": "end"})
+    ended = await http.get(f"/v1/tasks/{task}/progress", headers={"Last-Event-ID": "end"})
     assert ended.status_code == 204, "an EventSource stops reconnecting on 204"
 
 
@@ -269,17 +277,64 @@ async def test_streams_of_one_task_share_one_poller(
     assert gateway.app.state.progress.watch_of(task) is None, "the poller stops with the task"
 
 
+async def test_the_event_log_streams_a_delegating_task_once_in_order_and_resumes_after_an_id(
+    http: httpx.AsyncClient, scripted: ScriptedModelServer
+) -> None:
+    Conversation(
+        [delegate("One", "Two", "Three"), final("All three.")], answer_branch, branches=3
+    ).install(scripted, "gpt-gw-log")
+    task = await start(http, session_id(), "three parts", "openai:gpt-gw-log")
+    full = watch(http, task, "events")
+    types = await full.finished()
+
+    assert full.status == 200
+    assert [e.id for e in full.events] == [str(e.data["seq"]) for e in full.events]
+    assert [e.data["seq"] for e in full.events] == list(range(1, len(full.events) + 1))
+    assert all(e.type == e.data["type"] and e.data["task_id"] == task for e in full.events)
+    counts = Counter(types)
+    assert (counts["round_started"], counts["delegated"], counts["replied"]) == (2, 1, 1)
+    assert (counts["branch_started"], counts["branch_finished"]) == (3, 3)
+    main_calls = [e for e in full.events if e.type == "model_call_finished"]
+    assert [e.data["where"] for e in main_calls].count("main") == 2
+    delegated = next(e for e in full.events if e.type == "delegated")
+    assert delegated.data["subtasks"] == 3
+    # In causal order: round 0, its delegation, each branch's start before its end, all of
+    # them before round 1, and the reply last.
+    at = {
+        (e.type, e.data.get("ordinal"), e.data.get("round")): k for k, e in enumerate(full.events)
+    }
+    assert at[("round_started", None, 0)] < at[("delegated", None, 0)]
+    for ordinal in (1, 2, 3):
+        started, finished = at[("branch_started", ordinal, 0)], at[("branch_finished", ordinal, 0)]
+        assert at[("delegated", None, 0)] < started < finished < at[("round_started", None, 1)]
+    assert types[-1] == "replied"
+
+    resumed = watch(http, task, "events", headers={"Last-Event-ID": "5"})
+    await resumed.finished()
+    assert [e.data["seq"] for e in resumed.events] == list(range(6, len(full.events) + 1))
+    assert [e.data for e in resumed.events] == [e.data for e in full.events[5:]]
+    after = watch(http, task, "events?after=5")
+    await after.finished()
+    assert [e.data for e in after.events] == [e.data for e in full.events[5:]]
+    last = full.events[-1].id or ""
+    ended = await http.get(f"/v1/tasks/{task}/events", headers={"Last-Event-ID": last})
+    assert ended.status_code == 204, "an EventSource stops reconnecting once all is read"
+    bad = await http.get(f"/v1/tasks/{task}/events", headers={"Last-Event-ID": "end"})
+    assert bad.status_code == 422 and "sequence number" in bad.json()["detail"]
+
+
+@pytest.mark.parametrize("stream", ["events", "progress"])
 async def test_watching_a_task_adds_no_history_events(
-    http: httpx.AsyncClient, client: Client, scripted: ScriptedModelServer
+    http: httpx.AsyncClient, client: Client, scripted: ScriptedModelServer, stream: str
 ) -> None:
     tasks = {}
     for name in ("watched", "alone"):
-        model = f"gpt-gw-{name}"
+        model = f"gpt-gw-{name}-{stream}"
         Conversation(
             [delegate("A", "B"), ask(DATABASE), final("ok")], answer_branch, branches=2
         ).install(scripted, model)
         tasks[name] = await start(http, session_id(), "history", f"openai:{model}")
-    watcher = watch(http, tasks["watched"])
+    watcher = watch(http, tasks["watched"], stream)
     for task in tasks.values():
         await until_state(http, task, "waiting_for_user")
         reply = await http.post(f"/v1/tasks/{task}/answer", json={"answers": {"q1": ["SQLite"]}})
@@ -501,6 +556,7 @@ def requests(parked: str, ended: str, session: str) -> st.SearchStrategy[tuple[s
             st.none(),
         ),
         st.tuples(st.just("GET"), seg.map(lambda s: f"/v1/tasks/{s}/events"), st.none()),
+        st.tuples(st.just("GET"), seg.map(lambda s: f"/v1/tasks/{s}/progress"), st.none()),
         st.tuples(
             st.sampled_from(["PUT", "DELETE", "PATCH"]),
             st.sampled_from([f"/v1/tasks/{parked}", f"/v1/sessions/{session}/tasks"]),
@@ -585,6 +641,9 @@ async def test_a_configured_token_is_required_on_every_api_call(
             ("POST", "/v1/tasks/task-x-1/cancel", None),
             ("GET", f"/v1/sessions/{session}/messages", None),
             ("GET", "/v1/tasks/task-x-1/events", None),
+            ("GET", "/v1/tasks/task-x-1/progress", None),
+            ("GET", "/v1/tasks", None),
+            ("GET", "/v1/info", None),
         ]:
             missing = await h.request(method, path, json=body)
             assert missing.status_code == 401, (path, missing.text)
@@ -614,6 +673,9 @@ def test_the_openapi_document_lists_every_operation() -> None:
         "/v1/tasks/{task_id}/cancel",
         "/v1/sessions/{session_id}/messages",
         "/v1/tasks/{task_id}/events",
+        "/v1/tasks/{task_id}/progress",
+        "/v1/tasks",
+        "/v1/info",
     }
 
 
@@ -640,3 +702,30 @@ async def test_the_gateway_refuses_to_bind_beyond_loopback_without_a_token() -> 
         await serve(Settings(), "0.0.0.0", 0, None)
     check_binding("0.0.0.0", "a-token")
     check_binding("127.0.0.1", None)
+
+
+async def test_the_task_list_shows_a_sessions_tasks_newest_first_and_info_links_the_ui(
+    http: httpx.AsyncClient, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-gw-list", final("first"), final("second"))
+    session = session_id()
+    first = await start(http, session, "the first task", "openai:gpt-gw-list")
+    await until_state(http, first, "replied")
+    second = await start(http, session, "the second task", "openai:gpt-gw-list")
+    await until_state(http, second, "replied")
+    listed: list[dict[str, Any]] = []
+    for _ in range(100):  # visibility lags a start by a moment
+        response = await http.get(f"/v1/tasks?session={session}")
+        assert response.status_code == 200, response.text
+        listed = response.json()["tasks"]
+        if len(listed) == 2 and all(t["status"] == "completed" for t in listed):
+            break
+        await asyncio.sleep(0.1)
+    assert [t["task_id"] for t in listed] == [second, first]
+    assert [t["summary"] for t in listed] == ["the second task", "the first task"]
+    assert {t["session_id"] for t in listed} == {session}
+    assert (await http.get("/v1/tasks?session=bad/one")).status_code == 422
+
+    info = (await http.get("/v1/info")).json()
+    assert info["namespace"] == "default"
+    assert info["temporal_ui"] is None or info["temporal_ui"].startswith("http")

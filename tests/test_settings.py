@@ -294,3 +294,17 @@ def test_the_rendered_report_is_one_aligned_line_per_setting() -> None:
     assert len({line.index("— ") for line in lines if len(line.split()[1]) <= 40}) == 1
     budget = next(line for line in lines if line.startswith("ERRANDS_STEP_BUDGET "))
     assert budget.split()[1:3] == ["24", "(default)"]
+
+
+def test_the_temporal_ui_link_follows_where_temporal_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TEMPORAL_ADDRESS", "ERRANDS_TEMPORAL_UI_URL", "ERRANDS_DEV_UI_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ERRANDS_DEV_UI_PORT", "8299")
+    assert load_settings().temporal_ui() == "http://127.0.0.1:8299", "the embedded dev server's"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "temporal.internal:7233")
+    assert load_settings().temporal_ui() is None, "a cluster's UI is not guessed"
+    monkeypatch.setenv("ERRANDS_TEMPORAL_UI_URL", "https://ui.example.com/")
+    assert load_settings().temporal_ui() == "https://ui.example.com"
+    monkeypatch.setenv("ERRANDS_TEMPORAL_UI_URL", "not a url")
+    with pytest.raises(ConfigError, match="ERRANDS_TEMPORAL_UI_URL"):
+        load_settings()

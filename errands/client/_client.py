@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
 
@@ -16,6 +17,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
+from errands import ids
 from errands.client._handle import RANDOM_BYTES, TASK_WORKFLOW, TaskHandle
 from errands.client._refusals import refusal
 from errands.contracts import StoredMessage
@@ -116,6 +118,20 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
         settings=settings.round_settings(),
         prices=price_table(settings.prices),
     )
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """One task as a list shows it (``Client.tasks``)."""
+
+    task_id: str
+    session_id: str | None
+    status: str
+    """running, completed, failed, canceled, terminated, timed_out or continued_as_new."""
+    started_at: str | None
+    """ISO 8601, UTC."""
+    summary: str
+    """The start of the task's text (empty when the session store is not at hand)."""
 
 
 class Client:
@@ -220,6 +236,39 @@ class Client:
         it replied)."""
         handle = await self.start(text, **options)
         return await handle.wait()
+
+    async def tasks(self, *, session: str | None = None, limit: int = 50) -> list[TaskSummary]:
+        """The latest ``limit`` tasks (of ``session``), newest first, from Temporal's
+        visibility (which lags a start by up to a second or so)."""
+        query = f"WorkflowType = '{TASK_WORKFLOW}'"
+        if session is not None:
+            query += f" AND {search.SESSION.name} = '{check_session_id(session)}'"
+        found = []
+        try:
+            async for execution in self.temporal.list_workflows(query, limit=limit):
+                found.append(execution)
+        except RPCError as error:
+            raise TemporalUnreachable(
+                f"Temporal could not list the tasks of namespace {self.namespace}: {error.message}"
+            ) from None
+        store = await asyncio.to_thread(self._reader, False)
+        summaries = []
+        for execution in found:
+            text = ""
+            if store is not None:
+                row = await asyncio.to_thread(store.get, ids.user_message_id(execution.id))
+                text = row.text[:200] if row is not None else ""
+            status = execution.status.name.lower() if execution.status else "running"
+            summaries.append(
+                TaskSummary(
+                    task_id=execution.id,
+                    session_id=execution.typed_search_attributes.get(search.SESSION),
+                    status=status,
+                    started_at=execution.start_time.isoformat() if execution.start_time else None,
+                    summary=text,
+                )
+            )
+        return summaries
 
     # -- the session store ------------------------------------------------------------------
 

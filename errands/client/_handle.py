@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -150,9 +150,17 @@ class TaskHandle:
                 return
             await asyncio.sleep(interval)
 
+    async def events_after(self, after: int = 0, *, limit: int = 1000) -> list[StoredEvent]:
+        """The events of the task's log written so far with ``seq > after`` (at most ``limit``)."""
+        store = await asyncio.to_thread(self._client._reader, True)
+        assert store is not None
+        return await asyncio.to_thread(
+            store.list_events, self.task_id, after_seq=after, limit=limit
+        )
+
     async def events(
         self, *, after: int = 0, follow: bool = True, interval: float = 0.2
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncGenerator[StoredEvent, None]:
         """The task's event log (``errands.events``) from ``seq > after``, in order, each event
         once; with ``follow``, then live until the task's last event (``replied``, ``failed``
         or ``canceled``). Reading adds nothing to the task's history. A task that ended

@@ -1,12 +1,15 @@
-"""The HTTP gateway: every operation of the CLI as JSON, live progress as server-sent events, and
-the web page. ``create_app`` builds it around an ``errands.Client``; every handler is a call of
-it, and every refusal one of ``errands.errors`` (mapped to a status in ``_errors``)."""
+"""The HTTP gateway: every operation of the CLI as JSON, a task's event log (and its polled
+progress) as server-sent events, and the web page. ``create_app`` builds it around an
+``errands.Client``; every handler is a call of it, and every refusal one of ``errands.errors``
+(mapped to a status in ``_errors``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
@@ -14,7 +17,9 @@ from fastapi import Depends, FastAPI, Header, Path, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
-from errands.client import Client
+from errands.client import Client, TaskHandle
+from errands.errors import InvalidRequest
+from errands.events import StoredEvent
 from errands.gateway._auth import BearerGuard
 from errands.gateway._errors import install_handlers
 from errands.gateway._models import (
@@ -25,6 +30,7 @@ from errands.gateway._models import (
     ApprovalAccepted,
     ApprovalRequestBody,
     CancelRequested,
+    GatewayInfo,
     MessageOut,
     MessageRequest,
     Messages,
@@ -33,6 +39,8 @@ from errands.gateway._models import (
     SideAnswerOut,
     SideQuestionRequest,
     TaskCreated,
+    TaskList,
+    TaskOut,
 )
 from errands.gateway._progress import ProgressHub
 from errands.progress import ProgressEvent
@@ -202,19 +210,76 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         )
 
     @app.get(
+        "/v1/tasks",
+        response_model=TaskList,
+        responses=REFUSALS,
+        dependencies=api,
+        summary="The latest tasks, newest first (of one session, with `session`)",
+    )
+    async def tasks(
+        session: Annotated[
+            str | None, Query(pattern=SESSION_PATTERN, description="Only this session's.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> TaskList:
+        found = await client.tasks(session=session, limit=limit)
+        return TaskList(tasks=[TaskOut(**asdict(t)) for t in found])
+
+    @app.get(
+        "/v1/info",
+        response_model=GatewayInfo,
+        dependencies=api,
+        summary="Where tasks run: the namespace, and the Temporal UI to link them to",
+    )
+    async def info() -> GatewayInfo:
+        return GatewayInfo(namespace=client.namespace, temporal_ui=client.settings.temporal_ui())
+
+    @app.get(
         "/v1/tasks/{task_id}/events",
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "The task's event log"},
+            204: {"description": "The task has ended and has no event after Last-Event-ID"},
+            **REFUSALS,
+        },
+        response_class=StreamingResponse,
+        dependencies=api,
+        summary="The task's event log as server-sent events, from the start, then live",
+        description="Every event of the task in order (types and fields: docs/events.md), each "
+        "with `id:` its sequence number and `event:` its type; the stream ends after replied, "
+        "failed or canceled. Send the last id back as Last-Event-ID (or `?after=`) to resume "
+        "after it. Reading adds nothing to the task's history.",
+    )
+    async def events(
+        task_id: TaskId,
+        last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+        after: Annotated[int | None, Query(ge=0, description="Events with a larger seq.")] = None,
+    ) -> Response:
+        handle = client.task(task_id)
+        described = await handle.describe()  # an unknown task is a 404, not an empty stream
+        seen = _resume_point(last_event_id, after)
+        if seen and not described.running and not await handle.events_after(seen, limit=1):
+            return Response(status_code=204)  # ended and all read: an EventSource stops
+        return StreamingResponse(
+            _log(handle, seen),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.get(
+        "/v1/tasks/{task_id}/progress",
         responses={
             200: {"content": {"text/event-stream": {}}, "description": "Progress events"},
             **REFUSALS,
         },
         response_class=StreamingResponse,
         dependencies=api,
-        summary="Live progress as server-sent events",
+        summary="The task's progress, polled from its state, as server-sent events",
         description="Events: round_started, waiting_for_user, question_answered, delegated, "
-        "branch_finished, phase, then one of replied, failed, canceled (the stream ends). Each "
-        "event's id is stable: send it back as Last-Event-ID to resume after it.",
+        "branch_finished, phase (what `errands status` says it does, such as waiting for a "
+        "provider), then one of replied, failed, canceled (the stream ends). Each event's id is "
+        "stable: send it back as Last-Event-ID to resume after it.",
     )
-    async def events(
+    async def progress(
         task_id: TaskId,
         last_event_id: Annotated[str | None, Header(max_length=300)] = None,
     ) -> Response:
@@ -222,7 +287,7 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         if last_event_id == "end":
             return Response(status_code=204)  # tells an EventSource not to reconnect
         return StreamingResponse(
-            _stream(hub, task_id, last_event_id),
+            _progress(hub, task_id, last_event_id),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -235,7 +300,48 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
     return app
 
 
-async def _stream(hub: ProgressHub, task_id: str, last_event_id: str | None) -> AsyncIterator[str]:
+def _resume_point(last_event_id: str | None, after: int | None) -> int:
+    """Where a reader resumes: after the Last-Event-ID it sends (a reconnecting EventSource),
+    else after ``?after=``, else from the start. An id that is no sequence number is refused."""
+    if last_event_id is None:
+        return after or 0
+    try:
+        seq = int(last_event_id)
+    except ValueError:
+        seq = -1
+    if seq < 0:
+        raise InvalidRequest(
+            f"Last-Event-ID {last_event_id!r} is no event of this stream: send the id of the "
+            "last event received (a sequence number), or leave it out to read from the start"
+        )
+    return seq
+
+
+async def _log(handle: TaskHandle, after: int) -> AsyncIterator[str]:
+    yield "retry: 2000\n\n"
+    reading = handle.events(after=after, follow=True)
+    nxt: asyncio.Future[StoredEvent] = asyncio.ensure_future(anext(reading))
+    try:
+        while True:
+            done, _ = await asyncio.wait({nxt}, timeout=KEEPALIVE_SECONDS)
+            if not done:
+                yield ": keep-alive\n\n"  # keeps proxies from closing an idle stream
+                continue
+            try:
+                event = nxt.result()
+            except StopAsyncIteration:
+                return
+            data = json.dumps(event.public(), separators=(",", ":"))
+            yield f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n"
+            nxt = asyncio.ensure_future(anext(reading))
+    finally:
+        nxt.cancel()
+        await reading.aclose()
+
+
+async def _progress(
+    hub: ProgressHub, task_id: str, last_event_id: str | None
+) -> AsyncIterator[str]:
     yield "retry: 2000\n\n"
     async with hub.subscribe(task_id, after=last_event_id) as queue:
         while True:

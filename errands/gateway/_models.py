@@ -143,3 +143,23 @@ class Problem(BaseModel):
 
     detail: str
     errors: list[dict[str, Any]] | None = None
+
+
+class TaskOut(BaseModel):
+    task_id: str
+    session_id: str | None
+    status: str = Field(description="running, completed, failed, canceled, terminated, timed_out")
+    started_at: str | None = Field(description="ISO 8601, UTC")
+    summary: str = Field(description="The start of the task's text")
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskOut]
+
+
+class GatewayInfo(BaseModel):
+    namespace: str
+    temporal_ui: str | None = Field(
+        description="The Temporal UI's base URL (a task: {temporal_ui}/namespaces/{namespace}/"
+        "workflows/{task_id}), or null"
+    )
