@@ -81,6 +81,18 @@ async def test_a_question_is_answered_through_the_cli_and_the_same_round_resumes
     result = last_tool_result(second)
     assert "Database: PostgreSQL" in result
     assert f"decision_id: {pending['decision_id']}" in result
+
+    # The event log holds the question and its one accepted answer (the refused one is not).
+    watched = await run_cli(env, "watch", task, "--json")
+    events = [json.loads(line) for line in watched.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    asked = [e for e in events if e["type"] == "question_asked"]
+    answered = [e for e in events if e["type"] == "question_answered"]
+    assert [(e["question_set_id"], e["headers"], e["round"]) for e in asked] == [
+        (pending["id"], ["Database"], 0)
+    ]
+    assert [(e["question_set_id"], e["status"]) for e in answered] == [(pending["id"], "answered")]
+    assert types.index("question_asked") < types.index("question_answered") < types.index("replied")
     await keep_history(client, task, "ask_user_answered")
 
 

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe, settled
+    from workflows._log import QUESTIONS_LOGGED, log_event
     from workflows._options import model_retry, store_call, tool_retry
     from workflows._repairs import (
         Narration,
@@ -480,6 +481,16 @@ class RoundDecider:
             return None
         slot.call, slot.questions = call, questions
         slot.deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
+        if workflow.patched(QUESTIONS_LOGGED):
+            await log_event(
+                data.task_id,
+                f"{questions.id}:asked",
+                "question_asked",
+                questions.id,
+                round=slot.round,
+                question_set_id=questions.id,
+                headers=[q.header for q in questions.questions],
+            )
         return Waiting(slot)
 
     async def _record_answer(
@@ -488,6 +499,16 @@ class RoundDecider:
         """Remember an accepted decision and give the model what the user said; True when the
         user dismissed the question (chose nothing at all)."""
         data = self._data
+        if workflow.patched(QUESTIONS_LOGGED):
+            await log_event(
+                data.task_id,
+                f"{questions.id}:answered",
+                "question_answered",
+                questions.id,
+                round=slot.round,
+                question_set_id=questions.id,
+                status="timed_out" if answer is None else answer.status,
+            )
         if answer is None:
             result = timed_out_result(data.settings.ask_timeout_hours)
         else:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.asking import Answer
     from errands.control import Decision, DelegateDecision, ReplyDecision
     from errands.errors import AnswerRejected
-    from errands.events import EventType, NewEvent
+    from errands.events import EventType
     from errands.pricing import cost_usd
     from errands.workflow_io import (
         AnswerReceipt,
@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows._branches import failure_signature, run_branches, thread_id, to_start
     from workflows._failures import Failure, settled
+    from workflows._log import log_event
     from workflows._options import run_is_long, store_call
     from workflows._round import RoundDecider, Waiting
     from workflows._search import Publisher, initial
@@ -416,15 +417,7 @@ class TaskWorkflow:
         """The event log's last event when the task fails or is canceled (a reply's is written
         with the reply). Runs from before the log replay without it."""
         if workflow.patched(TASK_END_LOGGED):
-            event = NewEvent(
-                task_id=self.data.task_id, key=type_, type=type_, cause=self.data.task_id, data=data
-            )
-            try:
-                await store_call(SessionActivities.record_event, event)
-            except ActivityError as error:  # the task's ending matters more than its log
-                workflow.logger.warning(
-                    "task %s: its %s event was not logged: %s", self.data.task_id, type_, error
-                )
+            await log_event(self.data.task_id, type_, type_, self.data.task_id, **data)
 
     def _result(self) -> TaskResult:
         data, state = self.data, self.state
