@@ -1,5 +1,5 @@
 """A scripted model server: real HTTP on loopback, speaking OpenAI Chat Completions and Anthropic
-Messages (no streaming), so tests and the offline ``demo`` model drive the real SDK clients.
+Messages, plain or streamed, so tests and the offline ``demo`` model drive the real SDK clients.
 
 Each request is answered by the next step scripted for its model, else by the responder, else it
 is recorded as unexpected and refused with HTTP 400 (non-retryable for our classifier, so a
@@ -9,6 +9,12 @@ Two behaviours of real servers can be switched on: a model whose server refuses
 ``tool_choice: "required"`` (``refuse_required_tool_choice``), and a prompt cache
 (``prompt_cache``) that reports, deterministically, the prefixes it has seen before as cache reads
 (and, on Anthropic, the prefixes up to a ``cache_control`` breakpoint it had not seen as writes).
+
+A request with ``"stream": true`` answered by a ``Reply`` gets the server-sent events each API
+sends, which the SDKs accumulate into the same result as the plain response: text and tool
+arguments go out in pieces of ``chunk_chars``, ``chunk_delay`` apart, and ``fail_after`` pieces
+can end the stream with the API's mid-stream error. ``Fail`` and ``Reset`` answer before any
+stream starts, as for a plain request.
 
 The server runs its own event loop in a daemon thread, so it works the same from sync test code
 and from inside another asyncio loop; delays are ``asyncio.sleep`` and never block other requests.
@@ -52,6 +58,19 @@ class Reply:
     finish_reason: str | None = None
     """``None``: ``tool_calls``/``tool_use`` when there are calls, else ``stop``/``end_turn``."""
     delay: float = 0.0
+    """Seconds before the response (streamed: its first event) starts."""
+    chunk_chars: int = 40
+    """Streamed: text and each tool call's arguments go out in pieces of this many characters."""
+    chunk_delay: float = 0.0
+    """Streamed: seconds between one piece of text or arguments and the next."""
+    fail_after: int | None = None
+    """Streamed: once this many pieces are out (all of them, if there are fewer), the API's
+    mid-stream error event ends the stream in place of the rest; no usage is reported."""
+    fail_message: str = "scripted failure in mid-stream"
+
+    def __post_init__(self) -> None:
+        if self.chunk_chars < 1:
+            raise ValueError(f"Reply.chunk_chars must be at least 1, got {self.chunk_chars}")
 
 
 @dataclass
@@ -328,8 +347,6 @@ class ScriptedModelServer:
             return _error_response(api, refusal.status, refusal.message)
         if not isinstance(body, dict):
             return self._refuse(recorded, "scripted model server: body is not a JSON object")
-        if body.get("stream"):
-            return self._refuse(recorded, "scripted model server: streaming is not scripted")
         try:
             if step is None and self.responder is not None:
                 step = self.responder(recorded)
@@ -353,6 +370,8 @@ class ScriptedModelServer:
         if isinstance(step, Reset):
             return _reset_connection(request)
         usage = self._usage(recorded, step)
+        if body.get("stream"):
+            return await _stream(request, recorded, index, step, usage)
         recorded.reported_usage = usage
         render = _openai_completion if api == "openai" else _anthropic_message
         return web.json_response(render(recorded, index, step, usage))
@@ -463,12 +482,7 @@ def _openai_completion(
         {
             "id": f"call_{index}_{k}",
             "type": "function",
-            "function": {
-                "name": call.name,
-                "arguments": call.arguments
-                if isinstance(call.arguments, str)
-                else json.dumps(call.arguments),
-            },
+            "function": {"name": call.name, "arguments": _arguments_text(call.arguments)},
         }
         for k, call in enumerate(reply.calls)
     ]
@@ -488,25 +502,35 @@ def _openai_completion(
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
+                "finish_reason": _openai_finish(reply),
                 "logprobs": None,
             }
         ],
-        "usage": {
-            "prompt_tokens": usage.input_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {
-                "cached_tokens": usage.cached_tokens,
-                **(
-                    {"cache_write_tokens": usage.cache_write_tokens}
-                    if usage.cache_write_tokens
-                    else {}
-                ),
-            },
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-        },
+        "usage": _openai_usage(usage),
     }
+
+
+def _openai_finish(reply: Reply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.calls else "stop")
+
+
+def _openai_usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cached_tokens,
+            **(
+                {"cache_write_tokens": usage.cache_write_tokens} if usage.cache_write_tokens else {}
+            ),
+        },
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def _arguments_text(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _anthropic_message(
@@ -530,23 +554,29 @@ def _anthropic_message(
         "role": "assistant",
         "model": recorded.model,
         "content": content,
-        "stop_reason": reply.finish_reason or ("tool_use" if reply.calls else "end_turn"),
+        "stop_reason": _anthropic_stop(reply),
         "stop_sequence": None,
-        # Anthropic counts cache reads and writes apart from input; our Usage counts them inside
-        # input (the OpenAI way), so the same Reply reads back as the same Usage on either API.
-        "usage": {
-            "input_tokens": max(
-                0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens
-            ),
-            "output_tokens": usage.output_tokens,
-            "cache_read_input_tokens": usage.cached_tokens,
-            "cache_creation_input_tokens": usage.cache_write_tokens,
-            **(
-                {"output_tokens_details": {"thinking_tokens": usage.reasoning_tokens}}
-                if usage.reasoning_tokens
-                else {}
-            ),
-        },
+        "usage": _anthropic_usage(usage),
+    }
+
+
+def _anthropic_stop(reply: Reply) -> str:
+    return reply.finish_reason or ("tool_use" if reply.calls else "end_turn")
+
+
+def _anthropic_usage(usage: Usage) -> dict[str, Any]:
+    # Anthropic counts cache reads and writes apart from input; our Usage counts them inside
+    # input (the OpenAI way), so the same Reply reads back as the same Usage on either API.
+    return {
+        "input_tokens": max(0, usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens),
+        "output_tokens": usage.output_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        **(
+            {"output_tokens_details": {"thinking_tokens": usage.reasoning_tokens}}
+            if usage.reasoning_tokens
+            else {}
+        ),
     }
 
 
@@ -559,6 +589,153 @@ def _anthropic_input(arguments: dict[str, Any] | str) -> Any:
         return arguments
     # Anything but an object goes out as the raw string: the malformed-arguments case on this API.
     return parsed if isinstance(parsed, dict) else arguments
+
+
+_Frame = tuple[bytes, Literal["piece", "usage"] | None]
+"""One server-sent event, marked when it carries a piece of text or arguments, or the usage."""
+
+
+async def _stream(
+    request: web.Request, recorded: RecordedRequest, index: int, reply: Reply, usage: Usage
+) -> web.StreamResponse:
+    if recorded.api == "openai":
+        frames = _openai_chunks(recorded, index, reply, usage)
+        error = {"message": reply.fail_message, "type": "server_error", "code": None}
+        failure = _sse({"error": error})
+    else:
+        frames = _anthropic_events(index, recorded.model, reply, usage)
+        error = {"type": "api_error", "message": reply.fail_message}
+        failure = _sse({"type": "error", "error": error}, "error")
+    cut = _cut(frames, reply.fail_after)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    sent = 0
+    try:
+        await response.prepare(request)
+        for frame, kind in frames[:cut]:
+            if kind == "piece" and sent and reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            await response.write(frame)
+            if kind == "piece":
+                sent += 1
+            if kind == "usage":
+                recorded.reported_usage = usage
+        if cut < len(frames):
+            if sent and reply.chunk_delay:
+                await asyncio.sleep(reply.chunk_delay)
+            await response.write(failure)
+        await response.write_eof()
+    except ConnectionError:
+        # The client stopped reading, as real clients do. (A disconnect noticed first cancels
+        # the handler instead, which aiohttp ends as quietly.)
+        pass
+    return response
+
+
+def _cut(frames: list[_Frame], fail_after: int | None) -> int:
+    """How many frames go out before the mid-stream error: those up to the ``fail_after``-th
+    piece, or up to the last piece if there are fewer; all of them without ``fail_after``."""
+    if fail_after is None:
+        return len(frames)
+    pieces = [i for i, (_, kind) in enumerate(frames) if kind == "piece"]
+    if not pieces:
+        return 1
+    if fail_after == 0:
+        return pieces[0]
+    return pieces[min(fail_after, len(pieces)) - 1] + 1
+
+
+def _openai_chunks(
+    recorded: RecordedRequest, index: int, reply: Reply, usage: Usage
+) -> list[_Frame]:
+    options = recorded.body.get("stream_options")
+    with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    head = {
+        "id": f"chatcmpl-scripted-{index}",
+        "object": "chat.completion.chunk",
+        "created": int(recorded.received_at),
+        "model": recorded.model,
+    }
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        # Asked for usage, every chunk but the last carries a null one, as the real API sends.
+        return _sse({**head, "choices": [choice], **({"usage": None} if with_usage else {})})
+
+    content = None if reply.calls and not reply.text else ""
+    frames: list[_Frame] = [(chunk({"role": "assistant", "content": content}), None)]
+    frames += [(chunk({"content": p}), "piece") for p in _pieces(reply.text, reply.chunk_chars)]
+    for k, call in enumerate(reply.calls):
+        function = {"name": call.name, "arguments": ""}
+        opening = {"index": k, "id": f"call_{index}_{k}", "type": "function", "function": function}
+        frames.append((chunk({"tool_calls": [opening]}), None))
+        frames += [
+            (chunk({"tool_calls": [{"index": k, "function": {"arguments": p}}]}), "piece")
+            for p in _pieces(_arguments_text(call.arguments), reply.chunk_chars)
+        ]
+    frames.append((chunk({}, _openai_finish(reply)), None))
+    if with_usage:
+        frames.append((_sse({**head, "choices": [], "usage": _openai_usage(usage)}), "usage"))
+    frames.append((b"data: [DONE]\n\n", None))
+    return frames
+
+
+def _anthropic_events(index: int, model: str, reply: Reply, usage: Usage) -> list[_Frame]:
+    def event(data: dict[str, Any]) -> bytes:
+        return _sse(data, data["type"])
+
+    final = _anthropic_usage(usage)
+    # The real API opens with the input counts and a token of output, and sends the totals
+    # again in message_delta, which is where the SDK's accumulator takes them from.
+    opening = {**final, "output_tokens": 1}
+    opening.pop("output_tokens_details", None)
+    message: dict[str, Any] = {
+        "id": f"msg_scripted_{index}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": opening,
+    }
+    frames: list[_Frame] = [
+        (event({"type": "message_start", "message": message}), None),
+        (event({"type": "ping"}), None),
+    ]
+    # Each block: how it opens, then the delta type and field its pieces go out in.
+    blocks: list[tuple[dict[str, Any], str, str, str]] = []
+    if reply.text or not reply.calls:
+        blocks.append(({"type": "text", "text": ""}, "text_delta", "text", reply.text))
+    for k, call in enumerate(reply.calls):
+        # A str that is not a JSON object goes out verbatim: the SDK parses it as partial JSON
+        # (``"[1, 2"`` accumulates as ``[1, 2]``) or raises ValueError if it cannot.
+        tool = {"type": "tool_use", "id": f"toolu_{index}_{k}", "name": call.name, "input": {}}
+        blocks.append((tool, "input_json_delta", "partial_json", _arguments_text(call.arguments)))
+    for i, (block, kind, key, whole) in enumerate(blocks):
+        frames.append(
+            (event({"type": "content_block_start", "index": i, "content_block": block}), None)
+        )
+        for piece in _pieces(whole, reply.chunk_chars):
+            piece_delta = {"type": kind, key: piece}
+            frames.append(
+                (event({"type": "content_block_delta", "index": i, "delta": piece_delta}), "piece")
+            )
+        frames.append((event({"type": "content_block_stop", "index": i}), None))
+    delta = {"stop_reason": _anthropic_stop(reply), "stop_sequence": None}
+    frames.append((event({"type": "message_delta", "delta": delta, "usage": final}), "usage"))
+    frames.append((event({"type": "message_stop"}), None))
+    return frames
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
 def _error_response(

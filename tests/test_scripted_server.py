@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from errands.contracts import Usage
 from errands.scripted import Call, Fail, RecordedRequest, Reply, Reset, ScriptedModelServer
@@ -309,14 +312,6 @@ def test_the_server_serves_synchronous_clients_and_frees_its_port_on_stop() -> N
         _ = server.openai_base_url
 
 
-async def test_a_streaming_request_is_refused_loudly(server: Server) -> None:
-    async with openai_sdk(server) as client:
-        with pytest.raises(openai.BadRequestError, match="streaming is not scripted"):
-            await client.chat.completions.create(model="gpt-test", messages=USER, stream=True)
-
-    assert len(server.unexpected) == 1
-
-
 async def test_a_responder_returning_none_declines_the_call(server: Server) -> None:
     server.responder = lambda request: None
 
@@ -475,3 +470,236 @@ async def test_reset_forgets_the_prompt_cache_and_the_refusals(server: Server) -
 
     usage = server.requests[0].reported_usage
     assert usage is not None and usage.cached_tokens == 0
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+MODELS = {"openai": "gpt-test", "anthropic": "claude-test"}
+STREAMED_USAGE = Usage(
+    input_tokens=1000, output_tokens=300, cached_tokens=500, cache_write_tokens=200
+)
+STREAMED_REPLIES = [
+    Reply("hi there, " * 9, usage=STREAMED_USAGE),
+    Reply(calls=[Call("search", {"q": "x" * 50}), Call("f")], usage=STREAMED_USAGE),
+    Reply("let me look", calls=[Call("search", {"q": "x"})], usage=STREAMED_USAGE),
+]
+REPLY_IDS = ["text", "tool-calls", "text-and-tool-calls"]
+
+
+async def stream_openai(server: Server, model: str = "gpt-test"):
+    """Stream with usage and accumulate the chunks as the SDK's own stream helper does."""
+    state = ChatCompletionStreamState()
+    async with openai_sdk(server) as client:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=USER,
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=10,
+        )
+        async for chunk in stream:
+            state.handle_chunk(chunk)
+    return state.get_final_completion()
+
+
+async def stream_anthropic(server: Server, model: str = "claude-test"):
+    async with (
+        anthropic_sdk(server) as client,
+        client.messages.stream(model=model, max_tokens=100, messages=USER, timeout=10) as stream,
+    ):
+        return await stream.get_final_message()
+
+
+async def stream_pieces(
+    server: Server, api: str, pieces: list[tuple[float, str]], stop_after: int | None = None
+) -> None:
+    """Stream a request on ``api``, appending each piece of text or arguments with the time it
+    arrived; with ``stop_after``, close the stream once that many have."""
+
+    def done() -> bool:
+        return stop_after is not None and len(pieces) >= stop_after
+
+    if api == "openai":
+        async with openai_sdk(server) as client:
+            chunks = await client.chat.completions.create(
+                model=MODELS[api],
+                messages=USER,
+                stream=True,
+                stream_options={"include_usage": True},
+                timeout=10,
+            )
+            async for chunk in chunks:
+                for choice in chunk.choices:
+                    calls = choice.delta.tool_calls or []
+                    texts = [choice.delta.content or ""]
+                    texts += [c.function.arguments or "" for c in calls if c.function]
+                    pieces += [(time.monotonic(), text) for text in texts if text]
+                if done():
+                    await chunks.close()
+                    return
+        return
+    async with anthropic_sdk(server) as client:
+        events = await client.messages.create(
+            model=MODELS[api], max_tokens=100, messages=USER, stream=True, timeout=10
+        )
+        async for event in events:
+            if event.type == "content_block_delta":
+                delta = event.delta
+                text = delta.text if delta.type == "text_delta" else delta.partial_json
+                pieces.append((time.monotonic(), text))
+            if done():
+                await events.close()
+                return
+
+
+def openai_result(completion) -> tuple[Any, ...]:
+    choice = completion.choices[0]
+    calls = [
+        (c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or []
+    ]
+    return choice.message.content, calls, choice.finish_reason, completion.usage.model_dump()
+
+
+def anthropic_result(message) -> tuple[Any, ...]:
+    blocks = [
+        (b.type, b.text) if b.type == "text" else (b.type, b.name, b.input) for b in message.content
+    ]
+    return blocks, message.stop_reason, message.usage.model_dump()
+
+
+@pytest.mark.parametrize("reply", STREAMED_REPLIES, ids=REPLY_IDS)
+async def test_a_streamed_openai_reply_accumulates_to_the_plain_completion(
+    server: Server, reply: Reply
+) -> None:
+    server.script("gpt-test", reply, reply)
+
+    plain = await ask_openai(server)
+    streamed = await stream_openai(server)
+
+    assert openai_result(streamed) == openai_result(plain)
+    assert (streamed.id, streamed.model) == ("chatcmpl-scripted-1", "gpt-test")
+    assert [c.id for c in streamed.choices[0].message.tool_calls or []] == [
+        f"call_1_{k}" for k in range(len(reply.calls))
+    ]
+    assert [r.reported_usage for r in server.requests] == [STREAMED_USAGE, STREAMED_USAGE]
+
+
+@pytest.mark.parametrize("reply", STREAMED_REPLIES, ids=REPLY_IDS)
+async def test_a_streamed_anthropic_reply_accumulates_to_the_plain_message(
+    server: Server, reply: Reply
+) -> None:
+    server.script("claude-test", reply, reply)
+
+    plain = await ask_anthropic(server)
+    streamed = await stream_anthropic(server)
+
+    assert anthropic_result(streamed) == anthropic_result(plain)
+    # The input and cache counts come from message_start as well as message_delta.
+    assert (
+        streamed.usage.input_tokens,
+        streamed.usage.cache_read_input_tokens,
+        streamed.usage.cache_creation_input_tokens,
+    ) == (300, 500, 200)
+    assert [b.id for b in streamed.content if b.type == "tool_use"] == [
+        f"toolu_1_{k}" for k in range(len(reply.calls))
+    ]
+    assert [r.reported_usage for r in server.requests] == [STREAMED_USAGE, STREAMED_USAGE]
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_long_text_streams_in_pieces_of_chunk_chars_spread_by_chunk_delay(
+    server: Server, api: str
+) -> None:
+    server.script(MODELS[api], Reply("x" * 2000, chunk_chars=100, chunk_delay=0.02))
+    pieces: list[tuple[float, str]] = []
+
+    await stream_pieces(server, api, pieces)
+
+    assert [len(text) for _, text in pieces] == [100] * 20
+    assert pieces[-1][0] - pieces[0][0] >= 19 * 0.02 * 0.5
+
+
+FAILING = Reply(
+    "ab", calls=[Call("f", {"q": "x" * 100})], chunk_chars=10, fail_after=4, fail_message="boom"
+)
+"""One piece of text, then the arguments in eleven: the error comes after three of those."""
+
+
+async def test_fail_after_ends_an_openai_stream_with_an_api_error_after_that_many_pieces(
+    server: Server,
+) -> None:
+    server.script("gpt-test", FAILING)
+    pieces: list[tuple[float, str]] = []
+
+    with pytest.raises(openai.APIError) as raised:
+        await stream_pieces(server, "openai", pieces)
+
+    # A plain APIError, not a status error: the stream had started with 200.
+    assert type(raised.value) is openai.APIError and not hasattr(raised.value, "status_code")
+    assert raised.value.body == {"message": "boom", "type": "server_error", "code": None}
+    assert len(pieces) == 4
+    assert server.requests[0].reported_usage is None
+
+
+async def test_fail_after_ends_an_anthropic_stream_with_a_status_error_after_that_many_pieces(
+    server: Server,
+) -> None:
+    server.script("claude-test", FAILING)
+    pieces: list[tuple[float, str]] = []
+
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        await stream_pieces(server, "anthropic", pieces)
+
+    # The SDK makes a status error of the event with the stream's own status, 200.
+    assert type(raised.value) is anthropic.APIStatusError and raised.value.status_code == 200
+    assert "boom" in str(raised.value)
+    assert len(pieces) == 4
+    assert server.requests[0].reported_usage is None
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_client_closing_a_stream_early_leaves_the_server_serving(
+    server: Server, api: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script(MODELS[api], Reply("x" * 2000, chunk_chars=10, chunk_delay=0.01), Reply("next"))
+    ask = ask_openai if api == "openai" else ask_anthropic
+    pieces: list[tuple[float, str]] = []
+
+    with caplog.at_level(logging.ERROR):
+        await stream_pieces(server, api, pieces, stop_after=3)
+        await ask(server)
+
+    assert len(pieces) == 3
+    assert caplog.records == []
+    server.assert_done()
+
+
+async def test_an_openai_stream_without_include_usage_reports_no_usage(server: Server) -> None:
+    server.script("gpt-test", Reply("hi"))
+
+    async with openai_sdk(server) as client:
+        stream = await client.chat.completions.create(
+            model="gpt-test", messages=USER, stream=True, timeout=10
+        )
+        chunks = [chunk async for chunk in stream]
+
+    assert [chunk.usage for chunk in chunks] == [None] * len(chunks)
+    assert server.requests[0].reported_usage is None
+
+
+async def test_a_fail_step_answers_a_streaming_request_before_any_stream_starts(
+    server: Server,
+) -> None:
+    server.script("gpt-test", Fail(429, "slow down"))
+
+    with pytest.raises(openai.RateLimitError, match="slow down"):
+        await stream_openai(server)
+
+
+async def test_an_unexpected_streaming_call_is_refused_with_400_and_recorded(
+    server: Server,
+) -> None:
+    with pytest.raises(anthropic.BadRequestError, match="no scripted step left"):
+        await stream_anthropic(server)
+
+    assert [r.model for r in server.unexpected] == ["claude-test"]
