@@ -23,6 +23,7 @@ from activities._heartbeats import model_timeout
 from errands import context, ids, prompts, reading
 from errands.activity_io import RoundView
 from errands.contracts import (
+    DeltaSink,
     Message,
     MessageKind,
     ModelRequest,
@@ -308,13 +309,18 @@ class Fitting:
                 or "the request was still too long after it"
             )
 
-    async def complete(self, router: ModelRouter) -> tuple[ModelResponse, int]:
-        """Fit the request and send it; a refusal as too long compacts and sends again (at
-        most ``MAX_COMPACTIONS`` compactions in all). The response, and the catalog's size."""
+    async def complete(
+        self, router: ModelRouter, on_delta: DeltaSink | None = None
+    ) -> tuple[ModelResponse, int]:
+        """Fit the request and send it (streamed through ``on_delta``, if given); a refusal as
+        too long compacts and sends again (at most ``MAX_COMPACTIONS`` compactions in all).
+        The response, and the catalog's size."""
         while True:
             request, catalog_size = await self.fit()
             try:
-                response = await router.complete(self.model, request, timeout=model_timeout())
+                response = await router.complete(
+                    self.model, request, timeout=model_timeout(), on_delta=on_delta
+                )
             except ApplicationError as error:
                 if error.type != "context":
                     raise

@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._context import ContextFitter, SessionView, session_view
+from activities._deltas import LiveText
 from activities._events import branch_of, preview, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
@@ -36,6 +37,7 @@ from errands.activity_io import (
 )
 from errands.approvals import ApprovalNeed
 from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall, Usage
+from errands.control import FINAL_REPLY, REPLY_FIELD
 from errands.events import EventType
 from errands.routing import ModelRouter
 from errands.store import SessionStore
@@ -209,7 +211,16 @@ class ModelActivities:
         call = ModelCall(self._store, data.task_id, MAIN, data.step, data.model)
         await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
         await call.started()
-        response, catalog_size = await fitting.complete(self._router)
+        live = LiveText(
+            self._store,
+            data.task_id,
+            MAIN,
+            data.step,
+            activity.info().attempt,
+            calls={FINAL_REPLY: REPLY_FIELD},
+        )
+        async with live:
+            response, catalog_size = await fitting.complete(self._router, live.take)
         await call.finished(response.usage)
         approvals = await asyncio.to_thread(
             approvals_needed,
@@ -269,7 +280,10 @@ class ModelActivities:
         where = branch_of(data.thread_id)
         call = ModelCall(self._store, data.task_id, where, data.step, data.model)
         await call.started()
-        response, _ = await fitting.complete(self._router)
+        attempt = activity.info().attempt
+        live = LiveText(self._store, data.task_id, where, data.step, attempt, answer_text=True)
+        async with live:
+            response, _ = await fitting.complete(self._router, live.take)
         await call.finished(response.usage)
         step = NewMessage(
             id=ids.thread_step_id(data.thread_id, data.step),

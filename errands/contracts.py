@@ -7,6 +7,8 @@ reference (DESIGN invariant 2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -91,6 +93,20 @@ class ModelResponse(BaseModel):
     finish_reason: str = "stop"
     usage: Usage = Field(default_factory=Usage)
     model: str = ""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of a streamed answer, as the provider sent it: text, or (``call`` set) a piece
+    of the arguments of the answer's tool call number ``index``, named ``call``."""
+
+    piece: str
+    call: str | None = None
+    index: int = 0
+
+
+DeltaSink = Callable[[Delta], None]
+"""Takes each piece of a streamed answer as it arrives; must not block."""
 
 
 class ModelUsage(BaseModel):

@@ -68,6 +68,10 @@ class Rejection(BaseModel):
 Decision = ReplyDecision | DelegateDecision
 
 
+REPLY_FIELD = "text"
+"""The argument of ``final_reply`` that holds the reply."""
+
+
 def final_reply_spec() -> ToolSpec:
     return ToolSpec(
         name=FINAL_REPLY,
@@ -78,13 +82,13 @@ def final_reply_spec() -> ToolSpec:
         parameters={
             "type": "object",
             "properties": {
-                "text": {
+                REPLY_FIELD: {
                     "type": "string",
                     "pattern": NOT_BLANK,
                     "description": "The complete answer the user reads. Must not be blank.",
                 }
             },
-            "required": ["text"],
+            "required": [REPLY_FIELD],
             "additionalProperties": False,
         },
     )

@@ -70,8 +70,10 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "where": _WHERE,
         "step": "as model_call_started",
         "attempt": "as model_call_started",
-        "text": "the text written since the previous delta",
-        "superseded": "true once a later attempt of the same step started: replace, not append",
+        "text": "the text written since the previous delta of this attempt (batched, 100 ms): "
+        "a branch's answer, or the main agent's reply as its final_reply call streams",
+        "superseded": "true on the marker a retried attempt writes first (text empty): drop "
+        "what the step's earlier attempts wrote; false on every other delta",
     },
     "delegated": {"round": _ROUND, "subtasks": "how many", "reply": "the acknowledgement"},
     "branch_started": {"round": _ROUND, "ordinal": "the subtask (1, 2, …)"},
@@ -141,6 +143,39 @@ class StoredEvent(NewEvent):
         }
 
 
+class LiveText:
+    """What a frontend shows of the text being written, from a task's events in order: per
+    step (``where``, ``step``), the text of its latest attempt. A ``superseded`` marker, a
+    delta of a later attempt or a later attempt's ``model_call_started`` replaces the text of
+    the earlier attempts; a delta of an earlier attempt arriving late is ignored. The web page
+    follows the same rule (errands/gateway/static/app.js)."""
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[str, int], tuple[int, str]] = {}
+        """(where, step) -> (the attempt shown, its text so far)."""
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Take one event (``StoredEvent.public()``; events of other types are ignored)."""
+        if event["type"] not in ("reply_delta", "model_call_started"):
+            return
+        key = (event["where"], event["step"])
+        attempt = event["attempt"]
+        shown, text = self._steps.get(key, (0, ""))
+        if attempt < shown:
+            return
+        if attempt > shown or event.get("superseded"):
+            text = ""
+        if event["type"] == "reply_delta" and not event.get("superseded"):
+            text += event["text"]
+        self._steps[key] = (attempt, text)
+
+    def text(self, where: str = "main") -> str:
+        """The text of the latest step of ``where`` that wrote any, trimmed as a reply is
+        stored."""
+        written = [(step, text) for (w, step), (_, text) in self._steps.items() if w == where]
+        return max(((s, t) for s, t in written if t.strip()), default=(0, ""))[1].strip()
+
+
 def cut(text: str, limit: int = 400) -> str:
     """``text`` as an event shows it: at most ``limit`` characters."""
     return text if len(text) <= limit else text[:limit] + "…"
@@ -158,6 +193,13 @@ def render_schema() -> str:
         "`at` (when it was written, UTC), `cause` (the id of what it happened to: a step, a",
         "branch, a tool call, a message) and the fields of its type. An event is written once",
         "under a deterministic key: a retried or replayed activity never writes it twice.",
+        "",
+        "Live text: `reply_delta` events carry what a model call writes as it streams. Keep the",
+        "text of each step (`where`, `step`) for its latest attempt: a `superseded` marker, a",
+        "delta of a later attempt or that attempt's `model_call_started` replaces the earlier",
+        "attempts' text (`errands.events.LiveText` does this in Python). Read from",
+        "`GET /v1/tasks/{id}/events` (server-sent events, `id:` = `seq`, resume with",
+        "`Last-Event-ID`), `errands watch TASK --json` or `TaskHandle.events()`.",
         "",
         "| type | fields |",
         "|---|---|",

@@ -19,7 +19,7 @@ import openai
 from temporalio.exceptions import ApplicationError
 
 from errands.context import TokenEstimator, request_bytes
-from errands.contracts import ModelRequest, ModelResponse
+from errands.contracts import DeltaSink, ModelRequest, ModelResponse
 from errands.demo import start_demo_server
 from errands.models import ModelInfo, model_catalog
 from errands.providers import (
@@ -106,13 +106,24 @@ class ModelRouter:
                 self._providers[provider_name] = self._build(provider_name)
         return Route(self._providers[provider_name], model)
 
-    async def complete(self, spec: str, request: ModelRequest, *, timeout: float) -> ModelResponse:
+    async def complete(
+        self,
+        spec: str,
+        request: ModelRequest,
+        *,
+        timeout: float,
+        on_delta: DeltaSink | None = None,
+    ) -> ModelResponse:
         """One provider call within the worker's limits, ``timeout`` counting the wait for
-        them; any provider error leaves here classified (DESIGN invariant 3)."""
+        them; any provider error leaves here classified (DESIGN invariant 3). With
+        ``on_delta`` (and ``ERRANDS_STREAMING`` on), the answer streams through it."""
         route = self.route(spec)
+        sink = on_delta if self._settings.streaming else None
         async with self._within_limits(spec, parse_model(spec)[0], timeout) as left:
             try:
-                response = await route.provider.complete(route.model, request, timeout=left())
+                response = await route.provider.complete(
+                    route.model, request, timeout=left(), on_delta=sink
+                )
             except ApplicationError:
                 raise
             except Exception as error:  # noqa: BLE001 - the one place that decides retry posture

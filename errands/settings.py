@@ -231,6 +231,11 @@ class Settings(BaseSettings):
     """Heartbeat timeout of model and tool activities (e.g. ``30s``).
 
     A killed worker's call is retried elsewhere this soon, not after ERRANDS_MODEL_TIMEOUT."""
+    streaming: bool = Field(default=True, alias="ERRANDS_STREAMING")
+    """Stream the model calls of rounds and branches, publishing their text to the event log as
+    it is written (``reply_delta``).
+
+    ``false``: one whole response per call, for a server whose streaming is broken."""
     tool_timeout_seconds: Seconds = Field(default=120.0, alias="ERRANDS_TOOL_TIMEOUT")
     """How long one work-tool call may run before it is stopped and reported (e.g. ``2m``)."""
     tool_max_attempts: int = Field(default=3, ge=1, le=100, alias="ERRANDS_TOOL_MAX_ATTEMPTS")

@@ -7,7 +7,7 @@ the activity turns into retry posture with ``classify_provider_error`` (DESIGN i
 
 from typing import Protocol
 
-from errands.contracts import ModelRequest, ModelResponse
+from errands.contracts import DeltaSink, ModelRequest, ModelResponse
 from errands.providers._anthropic import (
     AnthropicMessagesProvider,
     anthropic_client,
@@ -29,12 +29,18 @@ from errands.providers._openai import (
 
 
 class Provider(Protocol):
-    """What a model activity needs from a provider: one call, one answer, SDK errors raised."""
+    """What a model activity needs from a provider: one call, one answer, SDK errors raised.
+    With ``on_delta`` the answer is streamed, and each piece passed to it as it arrives."""
 
     name: str
 
     async def complete(
-        self, model: str, request: ModelRequest, *, timeout: float
+        self,
+        model: str,
+        request: ModelRequest,
+        *,
+        timeout: float,
+        on_delta: DeltaSink | None = None,
     ) -> ModelResponse: ...
 
 

@@ -10,13 +10,22 @@ attempt, the next round and a side question replaying this round all begin with.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import anthropic
 from anthropic.types import Message as AnthropicMessage
 
-from errands.contracts import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from errands.contracts import (
+    Delta,
+    DeltaSink,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    Usage,
+)
 from errands.models import CATALOG, ModelCatalog, ModelInfo
 
 _TOOL_CHOICE = {"required": {"type": "any"}, "auto": {"type": "auto"}, "none": {"type": "none"}}
@@ -165,7 +174,32 @@ class AnthropicMessagesProvider:
         self._client = client
         self._catalog = catalog or CATALOG
 
-    async def complete(self, model: str, request: ModelRequest, *, timeout: float) -> ModelResponse:
+    async def complete(
+        self,
+        model: str,
+        request: ModelRequest,
+        *,
+        timeout: float,
+        on_delta: DeltaSink | None = None,
+    ) -> ModelResponse:
         params = anthropic_params(model, request, self._catalog.lookup(f"anthropic:{model}"))
-        message = await self._client.messages.create(**params, timeout=timeout)
+        if on_delta is None:
+            message = await self._client.messages.create(**params, timeout=timeout)
+            return anthropic_response(message)
+        names: dict[int, str] = {}  # the tool_use blocks' names, by block index
+        # The SDK's timeout bounds each read; the whole answer gets the call's timeout too.
+        async with (
+            asyncio.timeout(timeout),
+            self._client.messages.stream(**params, timeout=timeout) as stream,
+        ):
+            async for event in stream:
+                if event.type == "content_block_start" and event.content_block.type == "tool_use":
+                    names[event.index] = event.content_block.name
+                elif event.type == "content_block_delta":
+                    if event.delta.type == "text_delta" and event.delta.text:
+                        on_delta(Delta(event.delta.text))
+                    elif event.delta.type == "input_json_delta" and event.delta.partial_json:
+                        name = names.get(event.index, "")
+                        on_delta(Delta(event.delta.partial_json, name, event.index))
+            message = await stream.get_final_message()
         return anthropic_response(message)

@@ -4,7 +4,8 @@ The SDK clients run with their own retries off, so every failure reaches this fu
 activity attempt and comes out as an ``ApplicationError`` whose ``type`` is one of these kinds
 (``errands.errors.PROVIDER_KINDS``)::
 
-    transient          timeouts, connection errors, 408/409/429/5xx, overloaded
+    transient          timeouts, connection errors, 408/409/429/5xx, overloaded, a streamed
+                       answer broken off by an error event or a dropped connection
                        -> retried by the activity retry policy, honouring retry-after
     credential         401 (or no credentials at all)    -> non_retryable
     permission         403                               -> non_retryable
@@ -34,6 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 from temporalio.exceptions import ApplicationError
 
@@ -61,9 +63,23 @@ _NAMES_TOOL_CHOICE = re.compile(r"""tool[_ ]choice|['"`]required['"`]""", re.IGN
 # anything key-shaped so no fragment of a credential reaches workflow history.
 _KEY_LIKE = re.compile(r"\b(?:sk|key|token)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
 
-_TIMEOUT_ERRORS = (openai.APITimeoutError, anthropic.APITimeoutError, TimeoutError)
-_CONNECTION_ERRORS = (openai.APIConnectionError, anthropic.APIConnectionError, ConnectionError)
+# httpx's own errors reach us from a streamed answer: the SDKs wrap only the request's send.
+_TIMEOUT_ERRORS = (
+    openai.APITimeoutError,
+    anthropic.APITimeoutError,
+    TimeoutError,
+    httpx.TimeoutException,
+)
+_CONNECTION_ERRORS = (
+    openai.APIConnectionError,
+    anthropic.APIConnectionError,
+    ConnectionError,
+    httpx.TransportError,
+)
 _STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
+# An error event in a streamed answer: OpenAI's SDK raises a bare APIError, Anthropic's a status
+# error with the stream's own status (200).
+_STREAM_ERRORS = (openai.APIError, anthropic.APIError)
 # Raised when the anthropic SDK (2.x) resolves no credentials; older SDKs lack the class.
 _CREDENTIAL_ERRORS: tuple[type[BaseException], ...] = tuple(
     c for c in [getattr(anthropic, "CredentialsError", None)] if c is not None
@@ -90,10 +106,17 @@ def classify_provider_error(error: BaseException, provider: str) -> ApplicationE
             f"again - check {_URL_VARIABLES.get(provider, 'the base URL')} and the network if it "
             "persists",
         )
-    if isinstance(error, _STATUS_ERRORS):
+    if isinstance(error, _STATUS_ERRORS) and error.status_code >= 400:
         return _classify_status(error, provider)
     if isinstance(error, _CREDENTIAL_ERRORS) or _is_missing_anthropic_auth(error):
         return missing_credentials(error, provider)
+    if isinstance(error, _STREAM_ERRORS):
+        return _failure(
+            "transient",
+            provider,
+            f"{provider} broke off its streamed answer ({_describe(error)}); the activity retry "
+            "policy will try again",
+        )
     return _failure(
         "internal",
         provider,
