@@ -430,10 +430,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         finally:
             upstream.close()
-        try:
-            exchange.response = json.loads(payload)
-        except ValueError:
-            exchange.response = None
+        exchange.response = _answer_of(payload)
         exchange.status = answer.status
         self.send_response(answer.status)
         self.send_header("Content-Type", answer.getheader("Content-Type") or "application/json")
@@ -443,6 +440,39 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the exchanges are the record."""
+
+
+def _answer_of(payload: bytes) -> dict[str, Any] | None:
+    """The server's answer as one JSON object: the body, or a streamed answer's chunks put
+    together (its text, its tool calls, its finish reason and the usage of its last chunk)."""
+    try:
+        return dict(json.loads(payload))
+    except ValueError:
+        pass
+    chunks = []
+    for line in payload.decode(errors="replace").splitlines():
+        data = line.removeprefix("data:").strip()
+        if line.startswith("data:") and data != "[DONE]":
+            try:
+                chunks.append(json.loads(data))
+            except ValueError:
+                return None
+    if not chunks:
+        return None
+    text, calls, finish = [], {}, None
+    for chunk in chunks:
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text.append(delta.get("content") or "")
+            for part in delta.get("tool_calls") or []:
+                call = calls.setdefault(part.get("index", 0), {"name": "", "arguments": ""})
+                function = part.get("function") or {}
+                call["name"] = function.get("name") or call["name"]
+                call["arguments"] += function.get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    message = {"content": "".join(text), "tool_calls": [calls[k] for k in sorted(calls)]}
+    usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), None)
+    return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from errands.asking import ask_user_spec
 from errands.contracts import Message, ModelRequest
 from errands.control import delegate_spec, final_reply_spec
 from errands.devserver import free_port
+from errands.events import LiveText
 from errands.providers._openai import openai_client, openai_params
 from errands.routing import ModelRouter
 from errands.settings import Settings
@@ -170,6 +171,17 @@ async def test_a_task_replies_through_final_reply(finished: Finished) -> None:
     ended_through_a_control_tool(finished.result)
     assert finished.result.replied_by == "model"
     assert finished.result.error is None
+
+
+async def test_the_reply_streams_and_what_a_watcher_saw_is_the_reply(finished: Finished) -> None:
+    rounds = [e for e in finished.exchanges if is_round(e.body)]
+    assert all(e.body.get("stream") is True for e in rounds), "round calls stream"
+    events = [e.public() async for e in finished.handle.events(follow=False)]
+    assert any(e["type"] == "reply_delta" for e in events), "the server's pieces reached the log"
+    live = LiveText()
+    for event in events:
+        live.apply(event)
+    assert live.text() == finished.result.reply
 
 
 async def test_the_ledger_equals_the_servers_token_counts(finished: Finished) -> None:
