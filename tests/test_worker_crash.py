@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 
 from temporalio.client import Client
 
@@ -109,3 +110,21 @@ async def test_kill_9_of_the_worker_while_branches_run(
     for k in (1, 2, 3):
         steps = [r for r in store.list_session(f"{task}/r0/b{k}") if r.kind == "step"]
         assert len(steps) == 1, "each branch step stored once"
+
+    # The event log: no gap, nothing written twice, and the calls the kill cut off are there
+    # as attempts of their own (the first started, never finished; the second finished).
+    events = store.list_events(task)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), "no gap"
+    assert events[-1].type == "replied"
+    written = [(e.type, e.cause, e.data.get("attempt")) for e in events if e.type != "reply_delta"]
+    assert len(written) == len(set(written)), "no event twice"
+    counts = Counter(e.type for e in events)
+    assert (counts["task_started"], counts["round_started"], counts["delegated"]) == (1, 2, 1)
+    assert (counts["branch_started"], counts["branch_finished"], counts["replied"]) == (3, 3, 1)
+    for k in (1, 2, 3):
+        calls = [e for e in events if e.data.get("where") == f"r0/b{k}"]
+        started = [e.data["attempt"] for e in calls if e.type == "model_call_started"]
+        finished = [e.data["attempt"] for e in calls if e.type == "model_call_finished"]
+        assert (started, finished) == ([1, 2], [2]), (k, started, finished)
+    main = [e for e in events if e.type == "model_call_finished" and e.data["where"] == "main"]
+    assert [e.data["attempt"] for e in main] == [1, 1], "each round's call answered once"
