@@ -4,7 +4,8 @@ the SDK clients have theirs off, and provider errors are classified once at this
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -170,6 +171,28 @@ class ToolEvents:
             tool=self._call.name,
             is_error=is_error,
             chars=len(text),
+        )
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """Where one tool call's result is stored: the row ``message`` builds."""
+
+    id: str
+    session_id: str
+    call: ToolCall
+    task_id: str | None = None
+
+    def message(self, text: str, is_error: bool) -> NewMessage:
+        call = self.call
+        return NewMessage(
+            id=self.id,
+            session_id=self.session_id,
+            role="tool",
+            kind="tool_result",
+            text=text,
+            task_id=self.task_id,
+            meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
         )
 
 
@@ -411,34 +434,39 @@ class ModelActivities:
                 non_retryable=True,
             )
         call = ToolCall(**step.meta["tool_calls"][data.call_index])
+        return await self._settle(
+            ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call),
+            ToolResult(result_id, data.thread_id, call),
+            data.verdict,
+            data.approved,
+            lambda: self._run_tool(data, call, result_id),
+        )
 
-        def result(text: str, is_error: bool) -> NewMessage:
-            return NewMessage(
-                id=result_id,
-                session_id=data.thread_id,
-                role="tool",
-                kind="tool_result",
-                text=text,
-                meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
-            )
-
-        events = ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call)
+    async def _settle(
+        self,
+        events: ToolEvents,
+        result: ToolResult,
+        verdict: str | None,
+        approved: bool,
+        run: Callable[[], Awaitable[tuple[str, bool]]],
+    ) -> RunToolOutput:
+        """Run one tool call (with a ``verdict``, only say why it is not run), store its result
+        once and log it. Cancelled with the call open, at the workflow's request, the call gets
+        a "cancelled" result, so no stored thread holds a call without one."""
         try:
-            if data.verdict is not None:
-                text, is_error = data.verdict, True  # not run: denied, unanswered or cancelled
+            if verdict is not None:
+                text, is_error = verdict, True  # not run: denied, unanswered or cancelled
                 await events.denied(text)
             else:
-                await events.requested(approved=data.approved)
-                text, is_error = await self._run_tool(data, call, result_id)
+                await events.requested(approved=approved)
+                text, is_error = await run()
         except asyncio.CancelledError:
-            # The branch was cancelled with this call open: the thread still gets its result,
-            # so no stored thread holds a call without one.
             if cancel_requested():
-                cancelled = result(prompts.TOOL_CANCELLED, True)
+                cancelled = result.message(prompts.TOOL_CANCELLED, True)
                 await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
-        await asyncio.to_thread(self._store.append_once, result(text, is_error))
-        if data.verdict is None:
+        await asyncio.to_thread(self._store.append_once, result.message(text, is_error))
+        if verdict is None:
             await events.finished(text, is_error)
         return RunToolOutput(ok=not is_error, chars=len(text))
 
@@ -497,36 +525,13 @@ class ModelActivities:
         existing = await asyncio.to_thread(self._store.get, data.result_id)
         if existing is not None:
             return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
-        call = data.call
-
-        def result(text: str, is_error: bool) -> NewMessage:
-            return NewMessage(
-                id=data.result_id,
-                session_id=ids.reads_session_id(data.task_id),
-                role="tool",
-                kind="tool_result",
-                text=text,
-                task_id=data.task_id,
-                meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
-            )
-
-        events = ToolEvents(self._store, data.task_id, MAIN, data.result_id, call)
-        try:
-            if data.verdict is not None:
-                text, is_error = data.verdict, True
-                await events.denied(text)
-            else:
-                await events.requested(approved=data.approved)
-                text, is_error = await self._round_tool(data)
-        except asyncio.CancelledError:
-            if cancel_requested():
-                cancelled = result(prompts.TOOL_CANCELLED, True)
-                await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
-            raise
-        await asyncio.to_thread(self._store.append_once, result(text, is_error))
-        if data.verdict is None:
-            await events.finished(text, is_error)
-        return RunToolOutput(ok=not is_error, chars=len(text))
+        return await self._settle(
+            ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call),
+            ToolResult(data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id),
+            data.verdict,
+            data.approved,
+            lambda: self._round_tool(data),
+        )
 
     async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:
         python = self._main_tools.get(data.call.name)
