@@ -20,9 +20,16 @@ def record(
     **data: Any,
 ) -> None:
     """Write one event of ``task_id`` once (an empty task id, from an older caller: nothing)."""
-    assert not set(data) & set(COMMON), f"an event field may not be named {sorted(COMMON)}"
     if task_id:
-        store.append_event(NewEvent(task_id=task_id, key=key, type=type_, cause=cause, data=data))
+        store.append_events([event(task_id, key, type_, cause, **data)])
+
+
+def event(
+    task_id: str, key: str, type_: EventType, cause: str | None = None, **data: Any
+) -> NewEvent:
+    """One event to write (``SessionStore.append_events`` writes several in one go)."""
+    assert not set(data) & set(COMMON), f"an event field may not be named {sorted(COMMON)}"
+    return NewEvent(task_id=task_id, key=key, type=type_, cause=cause, data=data)
 
 
 def branch_of(thread_id: str) -> str:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities._calls import ModelCall
 from activities._context import ContextFitter, SessionView, session_view
-from activities._deltas import LiveText
 from activities._events import branch_of, preview, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
@@ -37,45 +37,12 @@ from errands.activity_io import (
     RunToolOutput,
 )
 from errands.approvals import ApprovalNeed
-from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall, Usage
+from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 from errands.control import FINAL_REPLY, REPLY_FIELD
-from errands.events import EventType
+from errands.events import NewEvent
 from errands.routing import ModelRouter
 from errands.store import SessionStore
 from errands.subtask_types import SubtaskType, WorkTool
-
-
-class ModelCall:
-    """The ``model_call_started`` and ``model_call_finished`` events of one attempt of a step."""
-
-    def __init__(
-        self, store: SessionStore, task_id: str, where: str, step: int, model: str
-    ) -> None:
-        self._store, self._task_id, self._model = store, task_id, model
-        self._where, self._step = where, step
-        self._attempt = activity.info().attempt
-        self._cause = f"{where}:step:{step}"
-
-    async def started(self) -> None:
-        await asyncio.to_thread(self._record, "started", "model_call_started")
-
-    async def finished(self, usage: Usage) -> None:
-        await asyncio.to_thread(self._record, "finished", "model_call_finished", usage)
-
-    def _record(self, what: str, type_: EventType, usage: Usage | None = None) -> None:
-        fields: dict[str, object] = {"usage": usage.model_dump()} if usage is not None else {}
-        record(
-            self._store,
-            self._task_id,
-            f"{self._cause}:attempt:{self._attempt}:{what}",
-            type_,
-            self._cause,
-            where=self._where,
-            step=self._step,
-            model=self._model,
-            attempt=self._attempt,
-            **fields,
-        )
 
 
 def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[StoredMessage], None]:
@@ -231,20 +198,18 @@ class ModelActivities:
             lambda previews: round_request(self._store, self._types, data, previews, main_tools),
             log=compactions(self._store, data.task_id, MAIN),
         )
-        call = ModelCall(self._store, data.task_id, MAIN, data.step, data.model)
         await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
-        await call.started()
-        live = LiveText(
+        call = ModelCall(
             self._store,
             data.task_id,
             MAIN,
             data.step,
-            activity.info().attempt,
-            calls={FINAL_REPLY: REPLY_FIELD},
+            data.model,
+            calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
         )
-        async with live:
-            response, catalog_size = await fitting.complete(self._router, live.take)
-        await call.finished(response.usage)
+        async with call:
+            response, catalog_size = await fitting.complete(self._router, call.take)
+            await call.write(await call.finished(response.usage))
         approvals = await asyncio.to_thread(
             approvals_needed,
             self._store,
@@ -301,13 +266,10 @@ class ModelActivities:
             log=compactions(self._store, data.task_id, branch_of(data.thread_id)),
         )
         where = branch_of(data.thread_id)
-        call = ModelCall(self._store, data.task_id, where, data.step, data.model)
-        await call.started()
-        attempt = activity.info().attempt
-        live = LiveText(self._store, data.task_id, where, data.step, attempt, answer_text=True)
-        async with live:
-            response, _ = await fitting.complete(self._router, live.take)
-        await call.finished(response.usage)
+        call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
+        async with call:
+            response, _ = await fitting.complete(self._router, call.take)
+            finished = await call.finished(response.usage)
         step = NewMessage(
             id=ids.thread_step_id(data.thread_id, data.step),
             session_id=data.thread_id,
@@ -322,7 +284,8 @@ class ModelActivities:
             },
         )
         record = data.record if not response.tool_calls else None
-        await asyncio.to_thread(self._write_step, step, record)
+        # The call's last events go with its step: one transaction.
+        await asyncio.to_thread(self._write_step, step, record, finished)
         return BranchStepOutput(
             tool_calls=len(response.tool_calls),
             text_chars=len(response.text),
@@ -410,8 +373,10 @@ class ModelActivities:
         shown_bytes = context.messages_bytes(compactable)
         return request, 0, SessionView(data.thread_id, view.summary, rows, shown_bytes)
 
-    def _write_step(self, step: NewMessage, record: RecordBranchInput | None) -> None:
-        self._store.append_once(step)
+    def _write_step(
+        self, step: NewMessage, record: RecordBranchInput | None, events: list[NewEvent]
+    ) -> None:
+        self._store.append_once(step, events)
         if record is not None:
             write_branch_row(self._store, record, last_step=step.text)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities._events import preview, record
+from activities._events import event, preview, record
 from activities._threads import open_threads, read_stored, write_branch_row
 from errands import ids
 from errands.activity_io import (
@@ -36,10 +36,10 @@ from errands.store import SessionStore
 from errands.subtask_types import SubtaskType
 
 
-def replied(store: SessionStore, task_id: str, by: str, text: str) -> None:
-    """The task's ``replied`` event (its reply, by a model or the join, is stored)."""
+def replied(task_id: str, by: str, text: str) -> NewEvent:
+    """The task's ``replied`` event, written with its reply (by a model or the join)."""
     cause = ids.reply_message_id(task_id)
-    record(store, task_id, "replied", "replied", cause, replied_by=by, chars=len(text))
+    return event(task_id, "replied", "replied", cause, replied_by=by, chars=len(text))
 
 
 class SessionActivities:
@@ -62,16 +62,17 @@ class SessionActivities:
                 kind="user",
                 text=data.text,
                 task_id=data.task_id,
-            )
-        )
-        record(
-            self._store,
-            data.task_id,
-            "task_started",
-            "task_started",
-            data.task_id,
-            session_id=data.session_id,
-            text=preview(data.text),
+            ),
+            [
+                event(
+                    data.task_id,
+                    "task_started",
+                    "task_started",
+                    data.task_id,
+                    session_id=data.session_id,
+                    text=preview(data.text),
+                )
+            ],
         )
         first_round = None
         if data.prepare_first_round:
@@ -135,18 +136,18 @@ class SessionActivities:
                     "upto_seq": data.upto_seq,
                     "subtasks": [s.model_dump() for s in data.subtasks],
                 },
-            )
-        )
-        key = f"round:{data.round}:delegated"
-        record(
-            self._store,
-            data.task_id,
-            key,
-            "delegated",
-            f"round:{data.round}",
-            round=data.round,
-            subtasks=len(data.subtasks),
-            reply=preview(data.reply),
+            ),
+            [
+                event(
+                    data.task_id,
+                    f"round:{data.round}:delegated",
+                    "delegated",
+                    f"round:{data.round}",
+                    round=data.round,
+                    subtasks=len(data.subtasks),
+                    reply=preview(data.reply),
+                )
+            ],
         )
         open_threads(
             self._store,
@@ -182,16 +183,17 @@ class SessionActivities:
                 text=data.text,
                 task_id=data.task_id,
                 meta={"message": data.mode},
-            )
-        )
-        record(
-            self._store,
-            data.task_id,
-            f"{data.message_id}:received",
-            "message_received",
-            data.message_id,
-            message_id=data.message_id,
-            mode=data.mode,
+            ),
+            [
+                event(
+                    data.task_id,
+                    f"{data.message_id}:received",
+                    "message_received",
+                    data.message_id,
+                    message_id=data.message_id,
+                    mode=data.mode,
+                )
+            ],
         )
         return row.seq
 
@@ -207,8 +209,8 @@ class SessionActivities:
                 text=data.text,
                 task_id=data.task_id,
             ),
+            [replied(data.task_id, "model", data.text)],
         )
-        await asyncio.to_thread(replied, self._store, data.task_id, "model", row.text)
         return row.text
 
     @activity.defn(name="record_branch")
@@ -300,7 +302,7 @@ class SessionActivities:
                 text=text,
                 task_id=data.task_id,
                 meta={"deterministic_join": True, "reason": data.reason},
-            )
+            ),
+            [replied(data.task_id, "join", text)],
         )
-        replied(self._store, data.task_id, "join", row.text)
         return row.text

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from activities._context import session_view
-from activities._events import branch_of, preview, record
+from activities._events import branch_of, event, preview
 from errands import ids, prompts, reading
 from errands.activity_io import OpenBranchInput, RecordBranchInput
 from errands.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
 from errands.contracts import Message, NewMessage, StoredMessage, ToolCall
+from errands.events import NewEvent
 from errands.store import SessionStore
 
 
@@ -18,18 +19,6 @@ def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> No
     """Start each branch's thread with its instructions and the messages it cites, verbatim.
     A thread already opened is left as it is; the catalog is rendered once for all of them."""
     todo = [o for o in openings if store.get(ids.thread_instructions_id(o.thread_id)) is None]
-    for opening in todo:
-        branch = branch_of(opening.thread_id)
-        round_, _, ordinal = branch.partition("/")
-        record(
-            store,
-            opening.task_id,
-            f"branch:{branch}:started",
-            "branch_started",
-            opening.thread_id,
-            round=int(round_.removeprefix("r") or 0),
-            ordinal=int(ordinal.removeprefix("b") or 0),
-        )
     catalogs: dict[tuple[str, str, int, str | None], list[CatalogEntry]] = {}
     for opening in todo:
         pinned = opening.view.summary_id if opening.view else None
@@ -46,8 +35,23 @@ def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> No
                 kind="note",
                 text=prompts.branch_opening(opening.prompt, cited),
                 task_id=opening.task_id,
-            )
+            ),
+            [branch_started(opening)],
         )
+
+
+def branch_started(opening: OpenBranchInput) -> NewEvent:
+    """The ``branch_started`` event, written with the thread's opening."""
+    branch = branch_of(opening.thread_id)
+    round_, _, ordinal = branch.partition("/")
+    return event(
+        opening.task_id,
+        f"branch:{branch}:started",
+        "branch_started",
+        opening.thread_id,
+        round=int(round_.removeprefix("r") or 0),
+        ordinal=int(ordinal.removeprefix("b") or 0),
+    )
 
 
 def thread_messages(rows: list[StoredMessage]) -> list[Message]:
@@ -88,7 +92,7 @@ def write_branch_row(
             steps = [r for r in store.list_session(data.thread_id) if r.kind == "step"]
             last_step = steps[-1].text if steps else ""
         text = last_step
-    row = store.append_once(
+    store.append_once(
         NewMessage(
             id=ids.branch_row_id(data.task_id, data.round, data.ordinal),
             session_id=data.session_id,
@@ -104,19 +108,20 @@ def write_branch_row(
                 "status": data.status,
                 **data.draft.model_dump(),
             },
-        )
-    )
-    record(
-        store,
-        data.task_id,
-        f"branch:r{data.round}/b{data.ordinal}:finished",
-        "branch_finished",
-        data.thread_id,
-        round=data.round,
-        ordinal=data.ordinal,
-        subtask_type=data.draft.type,
-        status=row.meta.get("status"),
-        output=preview(row.text),
+        ),
+        [
+            event(
+                data.task_id,
+                f"branch:r{data.round}/b{data.ordinal}:finished",
+                "branch_finished",
+                data.thread_id,
+                round=data.round,
+                ordinal=data.ordinal,
+                subtask_type=data.draft.type,
+                status=data.status,
+                output=preview(text),
+            )
+        ],
     )
 
 

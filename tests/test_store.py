@@ -355,3 +355,35 @@ def test_threads_writing_events_with_duplicate_keys_store_each_once_without_gaps
     stored = store.list_events("t1", limit=10_000)
     assert [e.seq for e in stored] == list(range(1, threads // 2 * per_thread + 1))
     assert len({e.key for e in stored}) == len(stored)
+
+
+def test_events_written_in_batches_and_with_a_message_are_written_once_in_order(
+    store: SessionStore,
+) -> None:
+    store.append_events([event("a"), event("b"), event("a", round=9)])  # a repeated key: skipped
+    row = NewMessage(id="m-events", session_id="s-events", role="user", kind="user", text="hi")
+    store.append_once(row, [event("with-the-message"), event("b")])
+    # A retried write finds the message: it and its events are not written again.
+    store.append_once(row.model_copy(update={"text": "changed"}), [event("again")])
+    store.append_events([])
+
+    stored = store.list_events("t1")
+    assert [(e.seq, e.key) for e in stored] == [(1, "a"), (2, "b"), (3, "with-the-message")]
+    assert stored[0].data == {}, "the first write of a key stands"
+    assert [r.text for r in store.list_session("s-events")] == ["hi"]
+
+
+def test_threads_writing_batches_with_shared_keys_leave_no_gap(store: SessionStore) -> None:
+    threads, batches = 6, 20
+    start = threading.Barrier(threads)
+
+    def work(n: int) -> None:
+        start.wait()
+        for i in range(batches):
+            store.append_events([event(f"k{n // 2}:{i}:{j}", task="t-batch") for j in range(3)])
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))
+    stored = store.list_events("t-batch", limit=10_000)
+    assert [e.seq for e in stored] == list(range(1, threads // 2 * batches * 3 + 1))
+    assert len({e.key for e in stored}) == len(stored)

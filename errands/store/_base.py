@@ -3,6 +3,7 @@ event log of each task (``errands.events``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from errands.contracts import NewMessage, StoredMessage
@@ -18,7 +19,10 @@ class SessionStore(Protocol):
     and never changes.
     """
 
-    def append_once(self, message: NewMessage) -> StoredMessage: ...
+    def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
+        """Insert ``message`` unless its id is taken, with ``events`` (the events it makes, as
+        ``append_events`` writes them) in the same transaction; the row as stored."""
+        ...
 
     def get(self, message_id: str) -> StoredMessage | None: ...
 
@@ -52,6 +56,11 @@ class SessionStore(Protocol):
     def append_event(self, event: NewEvent) -> StoredEvent:
         """Write ``event`` once: the next ``seq`` of its task, unless an event of that task
         already has its ``key`` (then that one is returned, unchanged)."""
+        ...
+
+    def append_events(self, events: Sequence[NewEvent]) -> None:
+        """Write each of ``events`` once, in order, in one transaction: the fast path of the
+        activities, which need no row back (an event whose key its task has is skipped)."""
         ...
 
     def list_events(

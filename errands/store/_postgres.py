@@ -10,6 +10,7 @@ so a ``search_path`` in the URL (``?options=-csearch_path%3Dname``) places them 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC
 from typing import Any, Self
 
@@ -82,7 +83,7 @@ class PostgresStore:
                 + "\ncheck ERRANDS_DATABASE_URL and that PostgreSQL is running"
             ) from err
 
-    def append_once(self, message: NewMessage) -> StoredMessage:
+    def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
             existing = _select_one(conn, message.id)
@@ -118,6 +119,7 @@ class PostgresStore:
                         "a conflicting row vanished from an append-only table"
                     )
                     return stored
+                self._insert_events(conn, events)
                 return _to_message(row)
 
     def get(self, message_id: str) -> StoredMessage | None:
@@ -209,6 +211,33 @@ class PostgresStore:
                 assert stored is not None, "a conflicting event vanished from an append-only table"
                 return stored
             return _to_event(row)
+
+    def append_events(self, events: Sequence[NewEvent]) -> None:
+        if events:
+            with self._pool.connection() as conn, conn.transaction():
+                self._insert_events(conn, events)
+
+    def _insert_events(self, conn: Conn, events: Sequence[NewEvent]) -> None:
+        """Each event at its task's next seq, unless its key is taken (inside a transaction,
+        holding each task's event lock, taken in one order so two writers never deadlock)."""
+        for task_id in sorted({e.task_id for e in events}):
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s)", [_lock_key("events", self.schema, task_id)]
+            )
+        for event in events:
+            conn.execute(
+                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (%s,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = %s),"
+                " %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (task_id, key) DO NOTHING",
+                [
+                    event.task_id,
+                    event.task_id,
+                    event.key,
+                    event.type,
+                    event.cause,
+                    Jsonb(event.data),
+                ],
+            )
 
     def list_events(
         self, task_id: str, *, after_seq: int = 0, limit: int = 1000

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,7 +70,7 @@ class SqliteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
 
-    def append_once(self, message: NewMessage) -> StoredMessage:
+    def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
             existing = _select_one(conn, message.id)
@@ -97,6 +97,7 @@ class SqliteStore:
                     _now(),
                 ),
             ).fetchall()
+            _insert_events(conn, events)
             return _to_message(rows[0])
 
     def get(self, message_id: str) -> StoredMessage | None:
@@ -183,6 +184,11 @@ class SqliteStore:
             ).fetchall()
             return _to_event(rows[0])
 
+    def append_events(self, events: Sequence[NewEvent]) -> None:
+        if events:
+            with self._write() as conn:
+                _insert_events(conn, events)
+
     def list_events(
         self, task_id: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[StoredEvent]:
@@ -234,6 +240,25 @@ def _to_message(row: sqlite3.Row) -> StoredMessage:
     fields = dict(row)
     fields["meta"] = json.loads(fields["meta"])
     return StoredMessage.model_validate(fields)
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
+    """Each event at its task's next seq, unless its key is taken (inside a write)."""
+    for event in events:
+        conn.execute(
+            f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
+            " ?, ?, ?, ?, ?) ON CONFLICT (task_id, key) DO NOTHING",
+            (
+                event.task_id,
+                event.task_id,
+                event.key,
+                event.type,
+                event.cause,
+                _dump(event.data),
+                _now(),
+            ),
+        )
 
 
 def _select_event(conn: sqlite3.Connection, task_id: str, key: str) -> StoredEvent | None:
