@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 import anthropic
-import httpx
+import httpx2
 import openai
 from temporalio.exceptions import ApplicationError
 
@@ -63,18 +63,19 @@ _NAMES_TOOL_CHOICE = re.compile(r"""tool[_ ]choice|['"`]required['"`]""", re.IGN
 # anything key-shaped so no fragment of a credential reaches workflow history.
 _KEY_LIKE = re.compile(r"\b(?:sk|key|token)[-_][A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
 
-# httpx's own errors reach us from a streamed answer: the SDKs wrap only the request's send.
+# The HTTP client's own errors (httpx2, under both SDKs) reach us from a streamed answer: the
+# SDKs wrap only the request's send.
 _TIMEOUT_ERRORS = (
     openai.APITimeoutError,
     anthropic.APITimeoutError,
     TimeoutError,
-    httpx.TimeoutException,
+    httpx2.TimeoutException,
 )
 _CONNECTION_ERRORS = (
     openai.APIConnectionError,
     anthropic.APIConnectionError,
     ConnectionError,
-    httpx.TransportError,
+    httpx2.TransportError,
 )
 _STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
 # An error event in a streamed answer: OpenAI's SDK raises a bare APIError, Anthropic's a status

@@ -8,6 +8,7 @@ round's exact prefix to hit the provider's prompt cache.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -15,7 +16,7 @@ from urllib.parse import urlsplit
 
 import openai
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from errands.contracts import (
     Delta,
@@ -139,45 +140,49 @@ def _usage(usage: CompletionUsage | None) -> Usage:
 
 
 class _Streamed:
-    """A streamed completion put together chunk by chunk, each piece passed on as it comes."""
+    """A streamed completion put together chunk by chunk (the chunks as JSON, not the SDK's
+    models: building those costs more than the rest of a short answer), each piece passed on
+    as it comes."""
 
     def __init__(self, on_delta: DeltaSink) -> None:
         self._on_delta = on_delta
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish_reason: str | None = None
-        self._usage: CompletionUsage | None = None
+        self._usage: dict[str, Any] | None = None
         self._model = ""
 
-    def take(self, chunk: ChatCompletionChunk) -> None:
-        self._model = chunk.model or self._model
-        if chunk.usage is not None:  # the last chunk, with stream_options.include_usage
-            self._usage = chunk.usage
-        for choice in chunk.choices[:1]:
-            delta = choice.delta
-            if delta.content:
-                self._text.append(delta.content)
-                self._on_delta(Delta(delta.content))
-            for part in delta.tool_calls or []:
-                call = self._calls.setdefault(part.index, {"id": "", "name": "", "arguments": []})
-                function = part.function
-                call["id"] = part.id or call["id"]
-                call["name"] = (function.name if function else None) or call["name"]
-                if function is not None and function.arguments:
-                    call["arguments"].append(function.arguments)
-                    self._on_delta(Delta(function.arguments, call["name"], part.index))
-            self._finish_reason = choice.finish_reason or self._finish_reason
+    def take(self, chunk: dict[str, Any]) -> None:
+        self._model = chunk.get("model") or self._model
+        if chunk.get("usage"):  # the last chunk, with stream_options.include_usage
+            self._usage = chunk["usage"]
+        for choice in (chunk.get("choices") or [])[:1]:
+            delta = choice.get("delta") or {}
+            if content := delta.get("content"):
+                self._text.append(content)
+                self._on_delta(Delta(content))
+            for part in delta.get("tool_calls") or []:
+                index = part.get("index", 0)
+                call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+                function = part.get("function") or {}
+                call["id"] = part.get("id") or call["id"]
+                call["name"] = function.get("name") or call["name"]
+                if arguments := function.get("arguments"):
+                    call["arguments"].append(arguments)
+                    self._on_delta(Delta(arguments, call["name"], index))
+            self._finish_reason = choice.get("finish_reason") or self._finish_reason
 
     def response(self) -> ModelResponse:
         calls = [
             ToolCall(id=c["id"], name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(self._calls.items())
         ]
+        usage = CompletionUsage.model_validate(self._usage) if self._usage else None
         return ModelResponse(
             text="".join(self._text),
             tool_calls=calls,
             finish_reason=self._finish_reason or "stop",
-            usage=_usage(self._usage),
+            usage=_usage(usage),
             model=self._model,
         )
 
@@ -241,19 +246,34 @@ class OpenAIChatProvider:
             completion = await create(**params, messages=[], extra_body=ready, timeout=timeout)
             return openai_response(completion)
         streamed = _Streamed(on_delta)
+        streaming = self._client.chat.completions.with_streaming_response.create
         # The SDK's timeout bounds each read; the whole answer gets the call's timeout too.
-        async with asyncio.timeout(timeout):
-            stream = await create(
+        # Leaving the block, however, closes the connection.
+        async with (
+            asyncio.timeout(timeout),
+            streaming(
                 **params,
                 messages=[],
                 extra_body=ready,
                 stream=True,
                 stream_options={"include_usage": True},
                 timeout=timeout,
-            )
-            async with stream:  # closes the connection however the reading ends
-                async for chunk in stream:
-                    streamed.take(chunk)
+            ) as response,
+        ):
+            async for line in response.iter_lines():
+                chunk = _chunk(line)
+                if chunk is None:
+                    continue  # around the chunks, and the [DONE] line: read on to the end,
+                    # so the connection goes back to the pool
+                if "error" in chunk:  # the server broke off: as the SDK's own stream raises it
+                    error = chunk["error"] or {}
+                    message = error.get("message") if isinstance(error, dict) else str(error)
+                    raise openai.APIError(
+                        message or "the stream ended with an error",
+                        response.http_request,
+                        body=error,
+                    )
+                streamed.take(chunk)
         return streamed.response()
 
     def _remember_auto(self, model: str) -> None:
@@ -272,6 +292,21 @@ class OpenAIChatProvider:
 
 
 _JSON_READY = ("messages", "tools")
+
+
+def _chunk(line: str) -> dict[str, Any] | None:
+    """The JSON of one server-sent line (``data: {...}``); None for the lines around the
+    chunks (blank, comments, ``event:``, the closing ``data: [DONE]``)."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return None
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        return None  # not a chunk (a keep-alive of some servers)
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _auto(request: ModelRequest) -> ModelRequest:
