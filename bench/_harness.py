@@ -127,11 +127,15 @@ class Stack:
             await asyncio.sleep(0.1)
         return f"http://127.0.0.1:{port}/mcp"
 
-    async def worker(self, settings: Settings, **options: Any) -> Worker:
-        """An in-process errands worker, running until the benchmark's stack closes."""
+    async def worker(
+        self, settings: Settings, store: SessionStore | None = None, **options: Any
+    ) -> Worker:
+        """An in-process errands worker (on the stack's store, unless given another), running
+        until the benchmark's stack closes."""
         router = ModelRouter(settings)
         self._exit.push_async_callback(router.aclose)
-        worker = build_worker(self.client, settings, store=self.store, router=router, **options)
+        store = store if store is not None else self.store
+        worker = build_worker(self.client, settings, store=store, router=router, **options)
         await self._exit.enter_async_context(worker)
         return worker
 

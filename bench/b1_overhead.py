@@ -16,14 +16,18 @@ Six kinds of task run interleaved on the same server in the same run, each measu
   the benchmark starts once (the main figure), and over stdio, where errands starts the server
   for each exchange (once to list the task's tools, once for the call);
 - floor + tool: the floor of that shape, one no-op activity more in the child for the tool
-  call: the model-call and tool-call activities counted from the first HTTP task's history.
+  call: the model-call and tool-call activities counted from the first HTTP task's history;
+- errands, log off: the errands task on a worker whose store drops every event and whose
+  model calls do not stream (``ERRANDS_STREAMING=false``): what the event log and live text
+  cost the errands row, which has them on as by default.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from temporalio.api.enums.v1 import EventType
 
@@ -42,7 +46,10 @@ from bench._measure import (
 )
 from bench._model import model_name
 from errands import ids, mcp
+from errands.contracts import NewMessage, StoredMessage
+from errands.events import NewEvent, StoredEvent
 from errands.settings import Settings
+from errands.store import SessionStore
 
 TITLE = "B1 · overhead against the Temporal floor"
 FULL = {"tasks": 40, "warmup": 3}
@@ -57,8 +64,30 @@ KINDS = ("errands", "floor", "floor_with_local")
 TOOL_KINDS = ("errands_tool_http", "errands_tool_stdio", "floor_tool")
 SERVER = "almanac"
 TOOL = mcp.tool_name(SERVER, "lookup")
-ALL_KINDS = KINDS + TOOL_KINDS
+LOG_KINDS = ("errands_log_off",)
+LOG_TARGET = 1.05
+ALL_KINDS = KINDS + TOOL_KINDS + LOG_KINDS
 TRANSPORTS = {"errands_tool_http": "Streamable HTTP", "errands_tool_stdio": "stdio"}
+
+
+class WithoutEventLog:
+    """The benchmark's store with the event log switched off: an event is acknowledged and
+    dropped; every other call goes to the store."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def append_event(self, event: NewEvent) -> StoredEvent:
+        return StoredEvent(**event.model_dump(), seq=0, at="")
+
+    def append_events(self, events: Sequence[NewEvent]) -> None:
+        pass
+
+    def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
+        return self._store.append_once(message)
 
 
 async def plan_from_history(stack: Stack, workflow_id: str) -> tuple[FloorPlan, dict[str, Any]]:
@@ -148,6 +177,9 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
         by_transport = await tool_settings(stack)
         for tool_worker in by_transport.values():
             await stack.worker(tool_worker)
+        log_off = stack.settings().model_copy(update={"streaming": False})
+        # A proxy for the store protocol (it forwards all but append_event).
+        await stack.worker(log_off, store=cast(SessionStore, WithoutEventLog(stack.store)))
 
         _, first = await stack.run_task(settings, MODEL)
         with_local, counted = await plan_from_history(stack, first)
@@ -173,6 +205,7 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
             "errands_tool_http": lambda: stack.run_task(http, TOOL_MODEL),
             "errands_tool_stdio": lambda: stack.run_task(stdio, TOOL_MODEL),
             "floor_tool": lambda: stack.run_floor(floor_queue, plans["floor_tool"]),
+            "errands_log_off": lambda: stack.run_task(log_off, MODEL),
         }
         for _ in range(warmup):
             for job in jobs.values():
@@ -187,6 +220,8 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
                 times[kind].append(elapsed)
                 run_ids[kind].append(wid)
 
+        logged = stack.store.list_events(run_ids["errands"][0])
+        logged_off = stack.store.list_events(run_ids["errands_log_off"][0])
         breakdown: dict[str, dict[str, float]] = {}
         per_activity: dict[str, list[float]] = {}
         # The tool tasks' activities by kind and by their place in the task: a branch's first
@@ -224,6 +259,7 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
 
     errands_ms = statistics.median(times["errands"])
     floor_tool_ms = statistics.median(times["floor_tool"])
+    log_off_ms = statistics.median(times["errands_log_off"])
     return {
         "shape": "2 rounds: round 0 delegates 3 branches, round 1 replies",
         "hops_counted_from_errands_history": counted,
@@ -266,6 +302,14 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
                 for kind, by_label in tool_activities.items()
             },
         },
+        "event_log": {
+            "ratio_on_to_off": round(errands_ms / log_off_ms, 3),
+            "ratio_of_minimums": round(min(times["errands"]) / min(times["errands_log_off"]), 3),
+            "events_per_task": len(logged),
+            "reply_deltas_per_task": sum(e.type == "reply_delta" for e in logged),
+            "events_per_task_log_off": len(logged_off),
+            "target": f"ratio on / off <= {LOG_TARGET}",
+        },
         "target": f"ratio to the floor <= {TARGET}",
     }
 
@@ -299,6 +343,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     if "tool_call" in result:
         lines += ["", *_tool_section(result)]
+    if "event_log" in result:
+        lines += ["", _log_section(result)]
     lines += [
         "",
         "Where the time goes on the critical path (parent plus its slowest child), medians; "
@@ -400,6 +446,19 @@ def _tool_section(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _log_section(result: dict[str, Any]) -> str:
+    log, lat = result["event_log"], result["latency"]
+    on, off = lat["errands"], lat["errands_log_off"]
+    return (
+        f"With the event log on (the errands row: streamed model calls, "
+        f"{log['events_per_task']} events a task written to the store, "
+        f"{log['reply_deltas_per_task']} of them live text) against a worker with it off (no "
+        f"event written, no streaming): median {on['median_ms']} ms against {off['median_ms']} "
+        f"ms, **ratio {log['ratio_on_to_off']}** (target ≤ {LOG_TARGET}); of the fastest runs "
+        f"{log['ratio_of_minimums']}."
+    )
+
+
 def _tool_gap(result: dict[str, Any]) -> str:
     tool, lat = result["tool_call"], result["latency"]
     acts = tool["activity_median_ms"]
@@ -475,6 +534,8 @@ def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
             f"{result['latency']['floor_tool']['median_ms']:.0f} ms), "
             f"{tool['errands_tool_stdio']}× over stdio"
         )
+    if "event_log" in result:
+        figure += f"; event log on / off: {result['event_log']['ratio_on_to_off']}×"
     return figure, f"≤ {TARGET}×", ratio <= TARGET
 
 
@@ -486,6 +547,7 @@ def _label(kind: str) -> str:
         "errands_tool_http": "errands + tool (HTTP)",
         "errands_tool_stdio": "errands + tool (stdio)",
         "floor_tool": "floor + tool",
+        "errands_log_off": "errands, event log off",
     }[kind]
 
 

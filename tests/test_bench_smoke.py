@@ -28,7 +28,16 @@ def rounds_are_byte_identical_prefixes(result: dict[str, Any]) -> None:
     assert all(r["tools_identical"] for r in result["rounds"])
 
 
-INVARIANTS = {"B5": rounds_are_byte_identical_prefixes}
+def the_event_log_is_on_in_one_row_and_off_in_the_other(result: dict[str, Any]) -> None:
+    log = result["event_log"]
+    assert log["events_per_task"] > 0 and log["reply_deltas_per_task"] > 0
+    assert log["events_per_task_log_off"] == 0
+
+
+INVARIANTS = {
+    "B1": the_event_log_is_on_in_one_row_and_off_in_the_other,
+    "B5": rounds_are_byte_identical_prefixes,
+}
 
 
 @pytest.mark.parametrize("key", list(BENCHMARKS))
