@@ -88,6 +88,7 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
         docs_url=None,  # the interactive docs load scripts from a CDN; the document is enough
         redoc_url=None,
         lifespan=lifespan,
+        redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
     app.state.progress = hub
     install_handlers(app)

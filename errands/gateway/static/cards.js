@@ -1,0 +1,155 @@
+// The cards that wait for the user: the agent's questions (a picker, or free text) and a tool
+// call's approval, shown from the task's state and answered through the API.
+
+import { $, api, el, taskPath } from "./api.js";
+import { page } from "./page.js";
+import { note } from "./rounds.js";
+import { setStatus } from "./task.js";
+
+const OTHER = "Other";
+
+// -- the question picker ---------------------------------------------------------------------
+
+export function showQuestion(watch, question, round) {
+  const form = $("question");
+  if (!form.hidden && form.dataset.questionSetId === question.id) return; // keep what is chosen
+  form.dataset.questionSetId = question.id;
+  $("question-body").replaceChildren(...question.questions.map(questionField));
+  $("answer-error").textContent = "";
+  form.hidden = false;
+  setStatus("waiting_for_user");
+  if (!watch.noted.has(question.id)) {
+    watch.noted.add(question.id);
+    note(round, `asked you: ${question.questions.map((q) => q.header).join(", ")}`);
+  }
+}
+
+export function hideQuestion(questionSetId) {
+  const form = $("question");
+  if (questionSetId && form.dataset.questionSetId !== questionSetId) return;
+  form.hidden = true;
+  $("question-body").replaceChildren();
+}
+
+function questionField(q) {
+  const prompt = q.question + (q.multi_select ? " (choose any)" : "");
+  const set = el("fieldset", {}, el("legend", {}, q.header), el("p", {}, prompt));
+  set.dataset.qid = q.id;
+  set.dataset.type = q.type;
+  if (q.type === "text") {
+    set.append(el("textarea", { name: q.id, rows: "2", "aria-label": q.header }));
+    return set;
+  }
+  for (const option of q.options) set.append(optionLabel(q, option));
+  return set;
+}
+
+function optionLabel(q, option) {
+  const input = el("input", { type: q.multi_select ? "checkbox" : "radio", name: q.id });
+  input.value = option.free_text ? "" : option.label;
+  input.dataset.freeText = option.free_text ? "1" : "";
+  const label = el("label", { class: "option" }, input, " " + option.label);
+  if (option.description && !option.free_text) {
+    label.append(el("small", {}, " — " + option.description));
+  }
+  if (option.free_text) {
+    const other = el("input", {
+      type: "text",
+      class: "other",
+      placeholder: "your own answer",
+      "aria-label": `${q.header}: your own answer`,
+    });
+    other.addEventListener("input", () => { if (other.value) input.checked = true; });
+    label.append(" ", other);
+  }
+  return label;
+}
+
+export function collectAnswers() {
+  const answers = {};
+  for (const set of $("question-body").querySelectorAll("fieldset")) {
+    const qid = set.dataset.qid;
+    const values = [];
+    if (set.dataset.type === "text") {
+      const text = set.querySelector("textarea").value.trim();
+      if (text) values.push(text);
+    } else {
+      for (const input of set.querySelectorAll("input:checked")) {
+        if (!input.dataset.freeText) values.push(input.value);
+        else {
+          const text = input.parentElement.querySelector("input.other").value.trim();
+          values.push(text ? `${OTHER}: ${text}` : OTHER); // a bare "Other" is refused, saying why
+        }
+      }
+    }
+    answers[qid] = values;
+  }
+  return answers;
+}
+
+export async function sendAnswer(status, answers) {
+  const watch = page.current;
+  const id = $("question").dataset.questionSetId;
+  $("answer-error").textContent = "";
+  try {
+    await api("POST", taskPath(watch.id, "/answer"), { question_set_id: id, status, answers });
+    watch.handled.add(id);
+    hideQuestion();
+    const cancelled = status === "cancelled";
+    note(watch.round, cancelled ? "you withdrew the question" : "your answer was taken");
+    setStatus("running");
+  } catch (error) {
+    $("answer-error").textContent = error.message;
+  }
+}
+
+// -- approvals ---------------------------------------------------------------------------------
+
+export function showApproval(watch, approval, round) {
+  const form = $("approval");
+  if (!form.hidden && form.dataset.approvalId === approval.approval_id) return;
+  form.dataset.approvalId = approval.approval_id;
+  form.dataset.tool = approval.tool;
+  $("approval-tool").textContent = approval.tool;
+  const where = approval.where === "main" ? "the main agent" : approval.where;
+  $("approval-where").textContent = `(${where})`;
+  $("approval-why").textContent = approval.why || "";
+  $("approval-arguments").textContent = approval.arguments;
+  $("approval-always").hidden = !approval.can_approve_always;
+  $("approval-reason").value = "";
+  $("approval-error").textContent = "";
+  form.hidden = false;
+  setStatus("waiting_for_user");
+  if (!watch.noted.has(approval.approval_id)) {
+    watch.noted.add(approval.approval_id);
+    note(round, `asks to run ${approval.tool}`);
+  }
+}
+
+export function hideApproval(approvalId) {
+  const form = $("approval");
+  if (!approvalId || form.dataset.approvalId === approvalId) form.hidden = true;
+}
+
+export function hideApprovalOf(tool) {
+  if ($("approval").dataset.tool === tool) hideApproval();
+}
+
+export async function sendApproval(decision) {
+  const watch = page.current;
+  const id = $("approval").dataset.approvalId;
+  const reason = $("approval-reason").value.trim();
+  $("approval-error").textContent = "";
+  try {
+    await api("POST", taskPath(watch.id, "/approval"), {
+      approval_id: id,
+      decision,
+      reason: decision === "deny" && reason ? reason : null,
+    });
+    watch.handled.add(id);
+    hideApproval(id);
+    setStatus("running");
+  } catch (error) {
+    $("approval-error").textContent = error.message;
+  }
+}
