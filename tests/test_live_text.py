@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from temporalio.client import Client
 
-from activities._deltas import JsonStringField
+from activities._calls import JsonStringField
 from errands.client import Client as ErrandsClient
 from errands.events import LiveText, StoredEvent
 from errands.routing import ModelRouter
