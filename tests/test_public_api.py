@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import errands
@@ -56,9 +57,7 @@ CODE = [ROOT / "errands", ROOT / "workflows", ROOT / "activities", ROOT / "worke
 
 def python_files(*roots: Path) -> list[Path]:
     return sorted(
-        path
-        for root in roots
-        for path in ([root] if root.is_file() else root.rglob("*.py"))
+        path for root in roots for path in ([root] if root.is_file() else root.rglob("*.py"))
     )
 
 
@@ -125,3 +124,16 @@ def test_nothing_under_the_cli_or_the_gateway_imports_the_temporal_client() -> N
             if any(n == "temporalio.client" or n.startswith("temporalio.client.") for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []
+
+
+def test_the_distribution_lists_every_package_of_the_source_tree() -> None:
+    # setuptools packs only the packages pyproject.toml names: one left out is missing from a
+    # wheel (an editable install maps the directories, so nothing else would notice).
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("errands", "workflows", "activities")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found == listed
