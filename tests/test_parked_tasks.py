@@ -10,8 +10,11 @@ import uuid
 
 from temporalio.client import Client
 
+from errands.client import Client as ErrandsClient
 from errands.devserver import DevServer
 from errands.scripted import ScriptedModelServer
+from errands.settings import Settings
+from errands.store import SessionStore
 from errands.workflow_io import TaskResult
 from tests.helpers import start_task
 from tests.test_ask_user import DATABASE, ask, final
@@ -26,6 +29,8 @@ async def test_parked_tasks_resume_after_a_worker_restart(
     database_url: str,
     model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
+    settings: Settings,
+    store: SessionStore,
 ) -> None:
     queue = f"parked-{uuid.uuid4().hex[:6]}"
     env = worker_env(dev_server, queue, database_url, model_server)
@@ -50,13 +55,13 @@ async def test_parked_tasks_resume_after_a_worker_restart(
     first.wait()
 
     second = spawn_worker(env)
+    tasks = ErrandsClient(client, settings, store=store)
     try:
+        # Answered at once, as a user would: a task whose workflow task is still failing over
+        # from the dead worker is offered the answer again until the new worker has it.
         await asyncio.gather(
             *(
-                h.execute_update(
-                    "answer_question",
-                    {"question_set_id": pending[h.id], "answers": {"q1": ["SQLite"]}},
-                )
+                tasks.task(h.id).answer({"q1": ["SQLite"]}, question_set_id=pending[h.id])
                 for h in handles
             )
         )

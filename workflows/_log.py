@@ -15,10 +15,6 @@ with workflow.unsafe.imports_passed_through():
     from errands.events import EventType, NewEvent
     from workflows._options import store_call
 
-QUESTIONS_LOGGED = "questions-in-the-event-log"
-"""Patch: a question put to the user and its answer are logged (question_asked,
-question_answered). Runs from before it replay without the two store calls."""
-
 
 async def log_event(
     task_id: str, key: str, type_: EventType, cause: str | None, **data: Any

@@ -62,8 +62,9 @@ with workflow.unsafe.imports_passed_through():
     from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe, settled
-    from workflows._log import QUESTIONS_LOGGED, log_event
+    from workflows._log import log_event
     from workflows._options import model_retry, store_call, tool_retry
+    from workflows._patches import RunPatches
     from workflows._repairs import (
         Narration,
         append_exchange,
@@ -134,10 +135,17 @@ class RoundDecider:
     """Decides a task's rounds. It is given the task's input and the state whose counters it
     charges (steps, ledger, advisor uses, asks, the latest round request), never the workflow."""
 
-    def __init__(self, data: TaskInput, state: TaskState, approve: Approver | None = None) -> None:
+    def __init__(
+        self,
+        data: TaskInput,
+        state: TaskState,
+        approve: Approver | None = None,
+        patches: RunPatches | None = None,
+    ) -> None:
         self._data = data
         self._state = state
         self._approve = approve
+        self._patches = patches or RunPatches.none()
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
     async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
@@ -481,7 +489,7 @@ class RoundDecider:
             return None
         slot.call, slot.questions = call, questions
         slot.deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
-        if workflow.patched(QUESTIONS_LOGGED):
+        if self._patches.questions_logged:
             await log_event(
                 data.task_id,
                 f"{questions.id}:asked",
@@ -499,7 +507,7 @@ class RoundDecider:
         """Remember an accepted decision and give the model what the user said; True when the
         user dismissed the question (chose nothing at all)."""
         data = self._data
-        if workflow.patched(QUESTIONS_LOGGED):
+        if self._patches.questions_logged:
             await log_event(
                 data.task_id,
                 f"{questions.id}:answered",

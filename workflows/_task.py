@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._failures import Failure, settled
     from workflows._log import log_event
     from workflows._options import run_is_long, store_call
+    from workflows._patches import RunPatches
     from workflows._round import RoundDecider, Waiting
     from workflows._search import Publisher, initial
     from workflows._side import answer_side_question
@@ -74,11 +75,11 @@ with workflow.unsafe.imports_passed_through():
 
 INTERRUPTIBLE_ROUNDS = "branches-interruptible-by-a-message"
 """Patch: a round's branches run beside a wait for an interrupting message. Runs from before it
-await the branches directly."""
+await the branches directly. Asked as the branches start in runs from before RunPatches."""
 
 TASK_END_LOGGED = "task-end-in-the-event-log"
 """Patch: a task that fails or is canceled writes that to the event log. Runs from before it
-replay without the call."""
+replay without the call. Asked at the end in runs from before RunPatches."""
 
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
 """Patch: opening the task also prepares round 0, one store call instead of two. Runs started
@@ -108,6 +109,7 @@ class TaskWorkflow:
         self._ending = False
         self._interrupted = False
         self._next_task: str | None = None
+        self._patches = RunPatches.none()  # asked as the run starts
         if data.carry is None and data.queued:
             self.state.queued = list(data.queued)
         self._phase_before_approval: str | None = None
@@ -356,6 +358,7 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, data: TaskInput) -> TaskResult:
+        self._patches = RunPatches.at_start()
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()
@@ -416,7 +419,7 @@ class TaskWorkflow:
     async def _log_end(self, type_: EventType, **data: Any) -> None:
         """The event log's last event when the task fails or is canceled (a reply's is written
         with the reply). Runs from before the log replay without it."""
-        if workflow.patched(TASK_END_LOGGED):
+        if self._patches.task_end_logged or workflow.patched(TASK_END_LOGGED):
             await log_event(self.data.task_id, type_, type_, self.data.task_id, **data)
 
     def _result(self) -> TaskResult:
@@ -449,7 +452,7 @@ class TaskWorkflow:
 
     async def _round_loop(self) -> None:
         state = self.state
-        decider = RoundDecider(self.data, state, self._approve)
+        decider = RoundDecider(self.data, state, self._approve, self._patches)
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None
@@ -568,7 +571,7 @@ class TaskWorkflow:
         state, todo = self.state, to_start(decision, done)
         self._phase = f"round {round_}: {len(todo)} subtasks running"
         branches = run_branches(self.data, state, round_, upto, todo, done, self._branch_ended)
-        if not workflow.patched(INTERRUPTIBLE_ROUNDS):
+        if not (self._patches.interruptible_rounds or workflow.patched(INTERRUPTIBLE_ROUNDS)):
             outcomes = await branches
         else:
             self._interrupted = False

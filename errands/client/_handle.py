@@ -21,12 +21,12 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.exceptions import ActivityError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from errands import ids
 from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.approvals import ApprovalAnswer, ApprovalReceipt, Decision
-from errands.client._refusals import ending, innermost, kind_of, no_worker, refusal
+from errands.client._refusals import ending, innermost, kind_of, no_worker, polled, refusal
 from errands.contracts import StoredMessage
 from errands.errors import (
     AnswerRejected,
@@ -60,6 +60,25 @@ RANDOM_BYTES = 8
 """Random part of task and side-question ids: 64 bits, so two never collide."""
 
 _Result = TypeVar("_Result")
+
+FAILOVER_SECONDS = 20.0
+"""How long a query or an update (a message, an answer, an approval) is tried again while a
+worker polls the task's queue but the task does not answer: its own worker died mid-task, and
+Temporal hands the task to another once the dead one's time is out (up to 10 s on its sticky
+queue, by default). With no worker polling at all, the refusal comes at once."""
+
+
+_TIMED_OUT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+"""How a query's ``rpc_timeout`` ends."""
+
+
+def _workflow_not_ready(error: RPCError) -> bool:
+    """Whether Temporal refused an update because the workflow's task is failing or timed out
+    (it answers FAILED_PRECONDITION with a WorkflowNotReadyFailure), not for good."""
+    return error.status == RPCStatusCode.FAILED_PRECONDITION and (
+        "WorkflowNotReady" in repr(error.raw_grpc_status)
+        or "Workflow Task in failed state" in error.message
+    )
 
 
 @dataclass(frozen=True)
@@ -393,19 +412,23 @@ class TaskHandle:
     ) -> Any:
         """A query of a running task, bounded: without a worker it would wait indefinitely."""
         handle = self._temporal.get_workflow_handle(description.id)
-        try:
-            return await handle.query(
-                name,
-                result_type=result_type,
-                rpc_timeout=timedelta(seconds=self._client.query_timeout),
-            )
-        except WorkflowQueryFailedError as error:
-            raise Unavailable(
-                f"task {description.id} could not answer the {name!r} query ({error}); its "
-                "worker's log says why"
-            ) from None
-        except RPCError as error:
-            raise await self._no_worker(description, error.message) from None
+        until = asyncio.get_running_loop().time() + FAILOVER_SECONDS
+        while True:
+            try:
+                return await handle.query(
+                    name,
+                    result_type=result_type,
+                    rpc_timeout=timedelta(seconds=self._client.query_timeout),
+                )
+            except WorkflowQueryFailedError as error:
+                raise Unavailable(
+                    f"task {description.id} could not answer the {name!r} query ({error}); "
+                    "its worker's log says why"
+                ) from None
+            except RPCError as error:
+                if error.status in _TIMED_OUT and await self._failing_over(description, until):
+                    continue
+                raise await self._no_worker(description, error.message) from None
 
     async def _live(self, description: WorkflowExecutionDescription) -> TaskResult | None:
         """The ``status`` query; None when the task ended between the describe and the query."""
@@ -428,17 +451,34 @@ class TaskHandle:
         """Start an update once the task's worker has accepted it, within the bound of a query;
         its result then takes as long as the work does."""
         handle = self._temporal.get_workflow_handle(description.id)
-        try:
-            return await handle.start_update(
-                name,
-                arg,
-                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                result_type=result_type,
-                rpc_timeout=timedelta(seconds=self._client.query_timeout),
-            )
-        except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
-            detail = error.message if isinstance(error, RPCError) else str(error)
-            raise await self._no_worker(description, detail) from None
+        until = asyncio.get_running_loop().time() + FAILOVER_SECONDS
+        while True:
+            try:
+                return await handle.start_update(
+                    name,
+                    arg,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    result_type=result_type,
+                    rpc_timeout=timedelta(seconds=self._client.query_timeout),
+                )
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
+                not_ready = isinstance(error, RPCError) and _workflow_not_ready(error)
+                timed_out = isinstance(error, WorkflowUpdateRPCTimeoutOrCancelledError)
+                if (not_ready or timed_out) and await self._failing_over(description, until):
+                    continue
+                detail = error.message if isinstance(error, RPCError) else str(error)
+                raise await self._no_worker(description, detail) from None
+
+    async def _failing_over(self, description: WorkflowExecutionDescription, until: float) -> bool:
+        """Whether to ask the task again after a refusal or a timeout: a worker polls its queue,
+        so its own may have just died, and Temporal hands its work to another once the dead
+        one's times out; until ``until`` (loop time)."""
+        if asyncio.get_running_loop().time() >= until:
+            return False
+        if not await polled(self._temporal, description.task_queue, self._client.query_timeout):
+            return False
+        await asyncio.sleep(0.5)
+        return True
 
     async def _closed(self, description: WorkflowExecutionDescription) -> TaskResult:
         """A closed task's result. A task that ended without one (canceled, terminated, timed

@@ -39,6 +39,23 @@ def refusal(error: RPCError, task_id: str, namespace: str) -> Exception:
     return TemporalUnreachable(f"Temporal could not be reached about {task_id!r}: {error.message}")
 
 
+async def polled(temporal: TemporalClient, queue: str, timeout: float) -> bool | None:
+    """Whether a worker has polled workflow task queue ``queue`` lately (a worker that died a
+    minute ago still counts); None when Temporal cannot say."""
+    request = DescribeTaskQueueRequest(
+        namespace=temporal.namespace,
+        task_queue=TaskQueue(name=queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        found = await temporal.workflow_service.describe_task_queue(
+            request, timeout=timedelta(seconds=timeout)
+        )
+    except RPCError:
+        return None
+    return bool(found.pollers)
+
+
 async def no_worker(
     temporal: TemporalClient,
     description: WorkflowExecutionDescription,
@@ -48,18 +65,7 @@ async def no_worker(
     """Why a running task's worker did not answer within ``timeout`` seconds: no worker polls
     its task queue, or one does and did not answer."""
     queue = description.task_queue
-    request = DescribeTaskQueueRequest(
-        namespace=temporal.namespace,
-        task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-    try:
-        polled = await temporal.workflow_service.describe_task_queue(
-            request, timeout=timedelta(seconds=timeout)
-        )
-    except RPCError:
-        polled = None
-    if polled is not None and not polled.pollers:
+    if await polled(temporal, queue, timeout) is False:
         message = (
             f"no worker on task queue {queue} took up task {description.id} within "
             f"{timeout:g} s: no worker is polling task queue {queue}; start one with "
