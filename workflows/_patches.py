@@ -15,14 +15,12 @@ from dataclasses import dataclass
 
 from temporalio import workflow
 
-QUESTIONS_LOGGED = "questions-in-the-event-log"
-"""A question put to the user and its answer are logged (question_asked, question_answered)."""
-TASK_END_AT_START = "task-end-in-the-event-log-asked-at-start"
-"""The task's failure or cancellation is logged; asked at the start (``task-end-in-the-event-log``
-was asked at the end)."""
-INTERRUPTIBLE_AT_START = "branches-interruptible-asked-at-start"
-"""A round's branches run beside a wait for an interrupting message; asked at the start
-(``branches-interruptible-by-a-message`` was asked as the branches started)."""
+RUN_START = "asked-at-run-start-1"
+"""The behaviours below, one marker for all: a question put to the user and its answer are
+logged (question_asked, question_answered); a failure or cancellation of the task is logged
+(``task-end-in-the-event-log`` was asked at the end); a round's branches run beside a wait for
+an interrupting message (``branches-interruptible-by-a-message`` was asked as they started).
+A change asked at the start later gets ``asked-at-run-start-2``."""
 
 
 @dataclass(frozen=True)
@@ -33,12 +31,9 @@ class RunPatches:
 
     @staticmethod
     def at_start() -> RunPatches:
-        """Ask each patch; call it first thing in the run, before any activity."""
-        return RunPatches(
-            questions_logged=workflow.patched(QUESTIONS_LOGGED),
-            task_end_logged=workflow.patched(TASK_END_AT_START),
-            interruptible_rounds=workflow.patched(INTERRUPTIBLE_AT_START),
-        )
+        """Ask once; call it first thing in the run, before any activity."""
+        new = workflow.patched(RUN_START)
+        return RunPatches(questions_logged=new, task_end_logged=new, interruptible_rounds=new)
 
     @staticmethod
     def none() -> RunPatches:
