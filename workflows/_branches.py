@@ -116,6 +116,14 @@ async def _record_failed(
     """A child whose workflow failed (it could not even record itself): its row says why."""
     failure = describe(error)
     reason = f"the subtask's workflow failed ({failure.kind}): {failure.message}"
+    await record_failed_branch(data, round_, ordinal, draft, reason)
+    return BranchOutcome(ordinal=ordinal, type=draft.type, status="failed", error=reason)
+
+
+async def record_failed_branch(
+    data: TaskInput, round_: int, ordinal: int, draft: SubtaskDraft, reason: str
+) -> None:
+    """Write a branch's row as failed, for ``reason``, unless the branch wrote its own."""
     await store_call(
         SessionActivities.record_branch,
         RecordBranchInput(
@@ -129,7 +137,6 @@ async def _record_failed(
             error=reason,
         ),
     )
-    return BranchOutcome(ordinal=ordinal, type=draft.type, status="failed", error=reason)
 
 
 def failure_signature(outcomes: list[BranchOutcome]) -> str:

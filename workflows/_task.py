@@ -27,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
         JoinInput,
         OpenTaskInput,
         PrepareRoundInput,
-        RecordBranchInput,
         RememberApprovalInput,
         RoundState,
         SideAnswer,
@@ -63,7 +62,13 @@ with workflow.unsafe.imports_passed_through():
         Verdicts,
         request_for,
     )
-    from workflows._branches import failure_signature, run_branches, thread_id, to_start
+    from workflows._branches import (
+        failure_signature,
+        record_failed_branch,
+        run_branches,
+        thread_id,
+        to_start,
+    )
     from workflows._failures import Failure, settled
     from workflows._log import log_event
     from workflows._options import run_is_long, store_call
@@ -602,22 +607,9 @@ class TaskWorkflow:
             await running
         except asyncio.CancelledError:
             pass
-        data = self.data
         await asyncio.gather(
             *(
-                store_call(
-                    SessionActivities.record_branch,
-                    RecordBranchInput(
-                        task_id=data.task_id,
-                        session_id=data.session_id,
-                        round=round_,
-                        ordinal=ordinal,
-                        thread_id=thread_id(round_, ordinal),
-                        draft=draft,
-                        status="failed",
-                        error=prompts.INTERRUPTED,
-                    ),
-                )
+                record_failed_branch(self.data, round_, ordinal, draft, prompts.INTERRUPTED)
                 for ordinal, draft in enumerate(decision.subtasks, 1)
             )
         )
