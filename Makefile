@@ -21,7 +21,7 @@ install: $(STAMP)
 
 # The offline demo: the `demo` model, and the bundled almanac MCP server (errands/demo_tools.py)
 # that its `facts` branch calls. A set ERRANDS_MCP_SERVERS is kept.
-DEMO_MCP := {"almanac": {"command": ["$(abspath $(BIN))/python", "-m", "errands.demo_tools"]}}
+DEMO_MCP := {"almanac": {"command": ["$(abspath $(BIN))/python", "-m", "errands.adapters.demo_tools"]}}
 
 demo: $(STAMP)
 	ERRANDS_MCP_SERVERS='$(or $(ERRANDS_MCP_SERVERS),$(DEMO_MCP))' \

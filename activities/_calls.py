@@ -24,9 +24,9 @@ from typing import Any
 from temporalio import activity
 
 from activities._events import event
-from errands.contracts import Delta, Usage
-from errands.events import EventType, NewEvent
-from errands.store import SessionStore
+from errands.adapters.store import SessionStore
+from errands.contracts.events import EventType, NewEvent
+from errands.contracts.messages import Delta, Usage
 
 logger = logging.getLogger("errands.activities")
 

@@ -16,20 +16,20 @@ from activities._context import ContextFitter, SessionView
 from activities._events import preview, record
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
-from errands import side_questions
-from errands.activity_io import (
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore
+from errands.agent import side_questions
+from errands.agent.advisor import advice_result, advisor_request
+from errands.agent.reading import NONE
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts.activities import (
     AdvisorInput,
     AdvisorOutput,
     RoundStepInput,
     SideAnswer,
     SideQuestionInput,
 )
-from errands.advisor import advice_result, advisor_request
-from errands.contracts import Message, ModelRequest, ModelUsage, Usage
-from errands.reading import NONE
-from errands.routing import ModelRouter
-from errands.store import SessionStore
-from errands.subtask_types import SubtaskType, WorkTool
+from errands.contracts.messages import Message, ModelRequest, ModelUsage, Usage
 
 
 class ConsultActivities:

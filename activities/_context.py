@@ -20,9 +20,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._heartbeats import model_timeout
-from errands import context, ids, prompts, reading
-from errands.activity_io import RoundView
-from errands.contracts import (
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore
+from errands.agent import context, prompts, reading
+from errands.contracts import ids
+from errands.contracts.activities import RoundView
+from errands.contracts.messages import (
     DeltaSink,
     Message,
     MessageKind,
@@ -32,8 +35,6 @@ from errands.contracts import (
     NewMessage,
     StoredMessage,
 )
-from errands.routing import ModelRouter
-from errands.store import SessionStore
 
 SUMMARY_KIND: MessageKind = "summary"
 
@@ -83,7 +84,7 @@ Build = Callable[[int], tuple[ModelRequest, int, SessionView]]
 Logger = Callable[[StoredMessage], None]
 """Told of a stored summary row."""
 """Builds the request from the store as it is now, bulky outputs as previews to the level
-asked (``errands.reading``; blocking): the request, its catalog's size, and the view of the
+asked (``errands.agent.reading``; blocking): the request, its catalog's size, and the view of the
 session it rendered."""
 
 

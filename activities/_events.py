@@ -1,12 +1,12 @@
-"""Writing the event log (``errands.events``) from activities: one call per event, each under a
-deterministic key so a retried or replayed activity writes nothing twice. Blocking."""
+"""Writing the event log (``errands.contracts.events``) from activities: one call per event, each
+under a deterministic key so a retried or replayed activity writes nothing twice. Blocking."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from errands.events import COMMON, EventType, NewEvent, cut
-from errands.store import SessionStore
+from errands.adapters.store import SessionStore
+from errands.contracts.events import COMMON, EventType, NewEvent, cut
 
 MAIN = "main"
 

@@ -24,8 +24,13 @@ from activities._tools import (
     approvals_needed,
     arguments_of,
 )
-from errands import context, ids, prompts, reading
-from errands.activity_io import (
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore
+from errands.agent import context, prompts, reading
+from errands.agent.control import FINAL_REPLY, REPLY_FIELD
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts import ids
+from errands.contracts.activities import (
     BranchStepInput,
     BranchStepOutput,
     OpenBranchInput,
@@ -36,13 +41,9 @@ from errands.activity_io import (
     RunToolInput,
     RunToolOutput,
 )
-from errands.approvals import ApprovalNeed
-from errands.contracts import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
-from errands.control import FINAL_REPLY, REPLY_FIELD
-from errands.events import NewEvent
-from errands.routing import ModelRouter
-from errands.store import SessionStore
-from errands.subtask_types import SubtaskType, WorkTool
+from errands.contracts.approvals import ApprovalNeed
+from errands.contracts.events import NewEvent
+from errands.contracts.messages import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
 
 
 def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[StoredMessage], None]:
@@ -324,7 +325,7 @@ class ModelActivities:
     ) -> tuple[ModelRequest, int, SessionView]:
         """The step's request from the thread as stored: its opening (always word for word),
         the latest compaction summary of the thread, and the steps after it, with bulky tool
-        results as previews to the level asked (``errands.reading``). Blocking."""
+        results as previews to the level asked (``errands.agent.reading``). Blocking."""
         opening = self._store.get(ids.thread_instructions_id(data.thread_id))
         view = session_view(self._store, data.thread_id, None)
         rows = [r for r in view.rows if opening is None or r.id != opening.id]

@@ -9,17 +9,18 @@ from dataclasses import replace
 
 from activities._context import SessionView, session_view
 from activities._tools import MAIN, PinnedTools
-from errands import ids, prompts
-from errands.activity_io import RoundStepInput
-from errands.advisor import advisor_spec
-from errands.asking import ask_user_spec
-from errands.catalog import render_session
-from errands.context import messages_bytes
-from errands.contracts import Message, ModelRequest
-from errands.control import delegate_spec, final_reply_spec
-from errands.reading import NONE, READ_MESSAGE, read_message_spec
-from errands.store import SessionStore
-from errands.subtask_types import SubtaskType, WorkTool
+from errands.adapters.store import SessionStore
+from errands.agent import prompts
+from errands.agent.advisor import advisor_spec
+from errands.agent.asking import ask_user_spec
+from errands.agent.catalog import render_session
+from errands.agent.context import messages_bytes
+from errands.agent.control import delegate_spec, final_reply_spec
+from errands.agent.reading import NONE, READ_MESSAGE, read_message_spec
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts import ids
+from errands.contracts.activities import RoundStepInput
+from errands.contracts.messages import Message, ModelRequest
 
 
 def round_request(

@@ -10,8 +10,11 @@ from temporalio import activity
 
 from activities._events import event, preview, record
 from activities._threads import open_threads, read_stored, write_branch_row
-from errands import ids
-from errands.activity_io import (
+from errands.adapters.store import SessionStore
+from errands.agent.reading import READ_MESSAGE
+from errands.agent.subtask_types import SubtaskType
+from errands.contracts import ids
+from errands.contracts.activities import (
     AppendAckInput,
     AppendMessageInput,
     AppendReplyInput,
@@ -28,12 +31,9 @@ from errands.activity_io import (
     RoundState,
     SessionRef,
 )
-from errands.contracts import NewMessage
-from errands.control import SubtaskDraft
-from errands.events import NewEvent
-from errands.reading import READ_MESSAGE
-from errands.store import SessionStore
-from errands.subtask_types import SubtaskType
+from errands.contracts.events import NewEvent
+from errands.contracts.messages import NewMessage
+from errands.contracts.subtasks import SubtaskDraft
 
 
 def replied(task_id: str, by: str, text: str) -> NewEvent:

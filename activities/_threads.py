@@ -7,12 +7,13 @@ from collections.abc import Sequence
 
 from activities._context import session_view
 from activities._events import branch_of, event, preview
-from errands import ids, prompts, reading
-from errands.activity_io import OpenBranchInput, RecordBranchInput
-from errands.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
-from errands.contracts import Message, NewMessage, StoredMessage, ToolCall
-from errands.events import NewEvent
-from errands.store import SessionStore
+from errands.adapters.store import SessionStore
+from errands.agent import prompts, reading
+from errands.agent.catalog import CatalogEntry, referenced_messages, render_session, subtask_id
+from errands.contracts import ids
+from errands.contracts.activities import OpenBranchInput, RecordBranchInput
+from errands.contracts.events import NewEvent
+from errands.contracts.messages import Message, NewMessage, StoredMessage, ToolCall
 
 
 def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> None:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from errands import ids, mcp
-from errands.approvals import ApprovalNeed
-from errands.contracts import NewMessage, ToolCall, ToolSpec
-from errands.mcp import Approval, McpServerConfig, McpTool, ToolOutcome
-from errands.store import SessionStore
+from errands.adapters.mcp import config as mcp
+from errands.adapters.mcp.config import Approval, McpServerConfig, McpTool, ToolOutcome
+from errands.adapters.store import SessionStore
+from errands.contracts import ids
+from errands.contracts.approvals import ApprovalNeed
+from errands.contracts.messages import NewMessage, ToolCall, ToolSpec
 
 MAIN = "main"
 """The ``for`` key of the main agent; a subtask type's key names its branches."""
@@ -123,7 +124,7 @@ class McpTools:
         return PinnedTools.model_validate_json(row.text)
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
-        from errands import mcp_client  # the SDK costs a second to import: only when used
+        from errands.adapters.mcp import client as mcp_client  # the SDK costs a second to import
 
         try:
             tools = await mcp_client.list_tools(config, timeout=config.timeout_seconds, server=name)
@@ -150,7 +151,7 @@ class McpTools:
                 ),
                 is_error=True,
             )
-        from errands import mcp_client
+        from errands.adapters.mcp import client as mcp_client
 
         return await mcp_client.call_tool(
             config,

@@ -29,15 +29,15 @@ from temporalio.worker import Worker
 from bench._floor import FloorChild, FloorPlan, FloorTask, floor_noop
 from bench._measure import history_of
 from bench._model import responder
+from errands.adapters.devserver import DevServer, free_port, port_open
+from errands.adapters.mcp.config import parse_mcp_servers
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore, open_store
 from errands.client import connect
-from errands.devserver import DevServer, free_port, port_open
-from errands.mcp import parse_mcp_servers
-from errands.routing import ModelRouter
-from errands.scripted import ScriptedModelServer
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore, open_store
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
-from worker import build_worker
+from errands.workers import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

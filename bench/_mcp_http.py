@@ -1,4 +1,4 @@
-"""The bundled almanac MCP server (``errands.demo_tools``) over Streamable HTTP, for B1.
+"""The bundled almanac MCP server (``errands.adapters.demo_tools``) over Streamable HTTP, for B1.
 
 ``python -m bench._mcp_http PORT`` serves it at ``http://127.0.0.1:PORT/mcp``: the same tool B1
 calls over stdio, in a process that stays up, so a call costs a request rather than a start.
@@ -10,7 +10,7 @@ import sys
 
 import uvicorn
 
-from errands.demo_tools import build_server
+from errands.adapters.demo_tools import build_server
 
 
 def main(argv: list[str]) -> None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from errands.prompts import SUMMARY_INSTRUCTIONS
-from errands.scripted import Call, RecordedRequest, Reply
+from errands.adapters.scripted import Call, RecordedRequest, Reply
+from errands.agent.prompts import SUMMARY_INSTRUCTIONS
 
 SIDE_MARKER = "Side question:"
 """Start of the line that errands puts in a side question's last user message."""

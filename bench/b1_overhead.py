@@ -10,8 +10,8 @@ Six kinds of task run interleaved on the same server in the same run, each measu
   task's history, as no-ops: its local activities (the session-store calls) and any other
   activity. What errands adds beyond it is errands' own code, not Temporal's;
 - errands + tool: round 0 delegates one ``general`` branch, which calls one MCP tool
-  (``mcp__almanac__lookup`` of the bundled ``errands.demo_tools`` server) and then answers in
-  text; round 1 replies. Twice, each on a worker of its own whose ``ERRANDS_MCP_SERVERS``
+  (``mcp__almanac__lookup`` of the bundled ``errands.adapters.demo_tools`` server) and then answers
+  in text; round 1 replies. Twice, each on a worker of its own whose ``ERRANDS_MCP_SERVERS``
   gives the server to branches only (``"for": ["*"]``): over Streamable HTTP, a server process
   the benchmark starts once (the main figure), and over stdio, where errands starts the server
   for each exchange (once to list the task's tools, once for the call);
@@ -45,11 +45,12 @@ from bench._measure import (
     workflow_task_seconds,
 )
 from bench._model import model_name
-from errands import ids, mcp
-from errands.contracts import NewMessage, StoredMessage
-from errands.events import NewEvent, StoredEvent
+from errands.adapters.mcp import config as mcp
+from errands.adapters.store import SessionStore
+from errands.contracts import ids
+from errands.contracts.events import NewEvent, StoredEvent
+from errands.contracts.messages import NewMessage, StoredMessage
 from errands.settings import Settings
-from errands.store import SessionStore
 
 TITLE = "B1 · overhead against the Temporal floor"
 FULL = {"tasks": 40, "warmup": 3}
@@ -143,7 +144,7 @@ def model_call_plan(
 async def tool_settings(stack: Stack) -> dict[str, Settings]:
     """Worker settings offering the almanac to branches, by transport (HTTP starts its server)."""
     url = await stack.serve_mcp_http()
-    command = [sys.executable, "-m", "errands.demo_tools"]
+    command = [sys.executable, "-m", "errands.adapters.demo_tools"]
     return {
         "errands_tool_http": stack.settings(mcp_servers={SERVER: {"url": url, "for": ["*"]}}),
         "errands_tool_stdio": stack.settings(

@@ -27,7 +27,7 @@ from typing import Any
 from bench._harness import FAKE_KEY, Stack, stack_for
 from bench._measure import history_of, task_tree
 from bench._model import model_name
-from errands.contracts import NewMessage
+from errands.contracts.messages import NewMessage
 
 TITLE = "B3 · history growth with the session's length"
 FULL = {"sizes": [10, 1000, 10000], "peer": True, "repeats": 9}

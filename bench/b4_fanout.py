@@ -24,7 +24,7 @@ from bench._harness import Stack, stack_for
 from bench._measure import child_pids, cpu_seconds, history_of
 from bench._model import model_name
 from bench.b1_overhead import plan_from_history
-from errands.workflow_io import RoundSettings
+from errands.contracts.workflows import RoundSettings
 
 TITLE = "B4 · fan-out"
 FULL = {"branches": [1, 8, 32], "repeats": 5, "warmup": 1}

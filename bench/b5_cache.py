@@ -39,11 +39,11 @@ from pydantic import SecretStr
 
 from bench._harness import FAKE_KEY, Stack, stack_for, wait_for
 from bench._model import ANSWER_LABEL, SIDE_MARKER, model_name
-from errands.activity_io import SideAnswer, SideQuestionInput
-from errands.contracts import Usage
-from errands.scripted import RecordedRequest, Responder
+from errands.adapters.scripted import RecordedRequest, Responder
+from errands.contracts.activities import SideAnswer, SideQuestionInput
+from errands.contracts.messages import Usage
+from errands.contracts.workflows import SideQuestion, TaskResult
 from errands.settings import Settings
-from errands.workflow_io import SideQuestion, TaskResult
 
 TITLE = "B5 · prompt-cache friendliness"
 FULL: dict[str, Any] = {}

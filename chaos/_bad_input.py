@@ -26,11 +26,11 @@ from chaos import _strategies as gen
 from chaos._inputs import InputModel, Violation, failures_of, parked_task, processed, run_control
 from chaos._report import Outcome
 from chaos._stack import Stack
-from errands.asking import parse_ask_user, validate_answer
-from errands.contracts import ToolCall
-from errands.control import parse_final_reply, pick_control_call
+from errands.agent.asking import parse_ask_user, validate_answer
+from errands.agent.control import parse_final_reply, pick_control_call
+from errands.contracts.messages import ToolCall
+from errands.contracts.workflows import SideQuestion, TaskResult
 from errands.errors import ModelMistake
-from errands.workflow_io import SideQuestion, TaskResult
 
 
 def run_property(

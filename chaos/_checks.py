@@ -18,10 +18,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from chaos._report import Outcome
-from errands import ids
-from errands.contracts import StoredMessage
+from errands.adapters.store import SessionStore
+from errands.contracts import ids
+from errands.contracts.messages import StoredMessage
 from errands.plugin import WORKFLOWS
-from errands.store import SessionStore
 
 _WFT_FAILED = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
 

@@ -18,8 +18,8 @@ from temporalio.api.enums.v1 import EventType
 
 from chaos._report import Outcome
 from chaos._stack import Stack
-from errands.scripted import Call, Fail, RecordedRequest, Reply, Reset, Step
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, Reset, Step
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 FAST = RoundSettings(model_max_attempts=4, round_retry_seconds=1, round_retry_limit=1)
 """Short waits so the whole table runs in seconds; the policy itself is the default's."""

@@ -26,16 +26,17 @@ FINDINGS: dict[str, str] = {
     ),
     "deeply nested control-call arguments": (
         "**Arguments nested beyond the JSON parser's recursion limit failed the task as "
-        "`internal`** instead of being repaired (SPEC §1). `errands.control._arguments` caught "
-        "`JSONDecodeError` only; the `RecursionError` escaped `_read_step` and the run's "
+        "`internal`** instead of being repaired (SPEC §1). `errands.agent.control._arguments` "
+        "caught `JSONDecodeError` only; the `RecursionError` escaped `_read_step` and the run's "
         "catch-all failed the task. Reproduce: `final_reply` with arguments "
         "`'[' * 100000 + ']' * 100000`."
     ),
     "a subtask type that is not a string": (
         "**A `delegate` subtask whose `type` was a list or an object failed the task as "
         "`internal`** instead of being repaired (SPEC §1: an unknown type is a repairable "
-        "error). `errands.control._parse_subtask` tested `key not in by_key` on an unhashable "
-        "value and raised `TypeError` (found by hypothesis in `tests/test_properties.py`). "
+        "error). `errands.agent.control._parse_subtask` tested `key not in by_key` on an "
+        "unhashable value and raised `TypeError` (found by hypothesis in "
+        "`tests/test_properties.py`). "
         'Reproduce: `delegate` with `{"reply": "ok", "subtasks": [{"type": ["general"], '
         '"prompt": "x"}]}`.'
     ),

@@ -15,9 +15,9 @@ from temporalio.service import RPCError
 from chaos._checks import task_failures
 from chaos._stack import Stack
 from chaos._strategies import QUESTION_SET
-from errands.scripted import Call, Fail, RecordedRequest, Reply, Step
-from errands.side_questions import FALLBACK_SYSTEM
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, Step
+from errands.agent.side_questions import FALLBACK_SYSTEM
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 _TAG = re.compile(r"chaos (parked|control) (\d+)")
 

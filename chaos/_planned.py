@@ -25,8 +25,8 @@ from chaos._checks import ExpectedRows, RowWatcher, audit_rows
 from chaos._report import Outcome
 from chaos._roleplay import Agent, Plan, User
 from chaos._stack import Stack
-from errands import ids
-from errands.workflow_io import RoundSettings, TaskInput
+from errands.contracts import ids
+from errands.contracts.workflows import RoundSettings, TaskInput
 
 Strike = Callable[[], Awaitable[None]]
 

@@ -16,8 +16,8 @@ from chaos._checks import task_failures
 from chaos._inputs import InputModel, Violation, parked_task, processed, task_input
 from chaos._report import Outcome
 from chaos._stack import Stack
-from errands.scripted import Call, Fail, Reply
-from errands.workflow_io import TaskResult
+from errands.adapters.scripted import Call, Fail, Reply
+from errands.contracts.workflows import TaskResult
 
 
 async def deeply_nested_arguments(stack: Stack, queue: str, model: InputModel) -> None:

@@ -28,10 +28,10 @@ from temporalio.service import RPCError
 
 from chaos._checks import ExpectedRows
 from chaos._report import Outcome
-from errands import ids
-from errands.scripted import Call, RecordedRequest, Reply
-from errands.store import SessionStore
-from errands.workflow_io import TaskResult
+from errands.adapters.scripted import Call, RecordedRequest, Reply
+from errands.adapters.store import SessionStore
+from errands.contracts import ids
+from errands.contracts.workflows import TaskResult
 
 QUESTIONS = [
     ("Scope", "How wide should the survey be?", ["Narrow", "Broad", "Balanced"]),

@@ -25,13 +25,13 @@ from typing import IO
 from pydantic import SecretStr
 from temporalio.client import Client
 
+from errands.adapters.devserver import DevServer, free_port
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import RecordedRequest, ScriptedModelServer, Step
+from errands.adapters.store import SessionStore, open_store
 from errands.client import connect
-from errands.devserver import DevServer, free_port
-from errands.routing import ModelRouter
-from errands.scripted import RecordedRequest, ScriptedModelServer, Step
 from errands.settings import Settings
-from errands.store import SessionStore, open_store
-from worker import build_worker
+from errands.workers import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository: ``python worker.py`` runs from here, as an operator would run it."""

@@ -23,9 +23,13 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from errands.activity_io import SideAnswer
+    from errands.adapters.mcp.config import McpServerConfig
+    from errands.agent.subtask_types import SubtaskType, WorkTool
+    from errands.agent.tools import tool
     from errands.client import Client, TaskHandle, TaskInfo
-    from errands.contracts import StoredMessage, ToolSpec
+    from errands.contracts.activities import SideAnswer
+    from errands.contracts.messages import StoredMessage, ToolSpec
+    from errands.contracts.workflows import AnswerReceipt, TaskError, TaskResult
     from errands.errors import (
         AnswerRejected,
         ConfigError,
@@ -48,13 +52,9 @@ if TYPE_CHECKING:
         Unauthorized,
         Unavailable,
     )
-    from errands.mcp import McpServerConfig
     from errands.plugin import ErrandsPlugin
     from errands.progress import ProgressEvent
     from errands.settings import Settings, load_settings
-    from errands.subtask_types import SubtaskType, WorkTool
-    from errands.tools import tool
-    from errands.workflow_io import AnswerReceipt, TaskError, TaskResult
 
 __version__ = "0.1.0"
 
@@ -85,18 +85,18 @@ _HOMES: dict[str, str] = {
     "TaskHandle": "errands.client",
     "TaskInfo": "errands.client",
     "ErrandsPlugin": "errands.plugin",
-    "McpServerConfig": "errands.mcp",
-    "SubtaskType": "errands.subtask_types",
-    "WorkTool": "errands.subtask_types",
-    "tool": "errands.tools",
-    "ToolSpec": "errands.contracts",
-    "StoredMessage": "errands.contracts",
+    "McpServerConfig": "errands.adapters.mcp.config",
+    "SubtaskType": "errands.agent.subtask_types",
+    "WorkTool": "errands.agent.subtask_types",
+    "tool": "errands.agent.tools",
+    "ToolSpec": "errands.contracts.messages",
+    "StoredMessage": "errands.contracts.messages",
     "Settings": "errands.settings",
     "load_settings": "errands.settings",
-    "TaskResult": "errands.workflow_io",
-    "TaskError": "errands.workflow_io",
-    "AnswerReceipt": "errands.workflow_io",
-    "SideAnswer": "errands.activity_io",
+    "TaskResult": "errands.contracts.workflows",
+    "TaskError": "errands.contracts.workflows",
+    "AnswerReceipt": "errands.contracts.workflows",
+    "SideAnswer": "errands.contracts.activities",
     "ProgressEvent": "errands.progress",
     **{name: "errands.errors" for name in _ERRORS},
 }

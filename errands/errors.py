@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
-    from errands.workflow_io import TaskResult
+    from errands.contracts.workflows import TaskResult
 
 FailureKind = Literal[
     "exhausted",
@@ -240,7 +240,7 @@ class Stopped(ErrandsError):
 class PickerClosed(ErrandsError):
     """The question picker on a terminal was left without a choice: ``dismissed`` (the ``d``
     key: answered with nothing chosen) or cancelled (Esc, Ctrl-C, the terminal went away).
-    Raised and caught inside ``errands.picker``, which turns it into the answer it sends."""
+    Raised and caught inside ``errands.cli._picker``, which turns it into the answer it sends."""
 
     def __init__(self, *, dismissed: bool) -> None:
         super().__init__("dismissed" if dismissed else "cancelled")

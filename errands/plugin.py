@@ -30,14 +30,20 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig
 
 import workflows
-from activities import ConsultActivities, McpTools, ModelActivities, SessionActivities
+from activities import (
+    MODEL_CALLS,
+    ConsultActivities,
+    McpTools,
+    ModelActivities,
+    SessionActivities,
+)
+from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore, open_store
+from errands.adapters.telemetry import LogContextInterceptor
+from errands.agent.subtask_types import SubtaskType, WorkTool, load_types, unique_types
 from errands.errors import ConfigError
-from errands.mcp import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
-from errands.routing import ModelRouter
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore, open_store
-from errands.subtask_types import SubtaskType, WorkTool, load_types, unique_types
-from errands.telemetry import LogContextInterceptor
 
 PLUGIN_NAME = "errands.ErrandsPlugin"
 
@@ -51,7 +57,7 @@ WORKFLOWS: list[type] = [
 class ErrandsPlugin(SimplePlugin):
     """errands on a Temporal client, worker or replayer.
 
-    ``subtask_types`` are added after the built-in ``general``, the ``errands.subtask_types``
+    ``subtask_types`` are added after the built-in ``general``, the ``errands.agent.subtask_types``
     entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one). ``tools``
     are the main agent's own work tools (``errands.tool`` functions), offered after the
     built-ins. ``mcp_servers`` are added to ``ERRANDS_MCP_SERVERS`` (a server of the same name
@@ -129,6 +135,14 @@ class ErrandsPlugin(SimplePlugin):
         )
         self._unclaimed.append(resources)
         return [*(existing or []), *resources.activities]
+
+    def model_call_activities(
+        self, store: SessionStore, router: ModelRouter
+    ) -> list[Callable[..., Any]]:
+        """The activities that call a model, alone, wired as on every worker: what a worker
+        polling a model task queue (``ERRANDS_MODEL_TASK_QUEUE``) registers."""
+        every = build_activities(store, router, self.subtask_types(), self.mcp_servers, self.tools)
+        return [a for a in every if a.__name__ in MODEL_CALLS]
 
     def _claim(self, worker: Worker) -> _WorkerResources | None:
         """The resources opened when ``worker`` was configured (its activities are theirs)."""

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from errands.contracts import StoredMessage
+from errands.contracts.messages import StoredMessage
 
 TERMINAL = ("replied", "failed", "canceled")
 EXCERPT = 2000

@@ -34,12 +34,12 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
+from errands.agent.model_catalog import model_catalog
+from errands.agent.pricing import price_table
+from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
+from errands.contracts.workflows import RoundSettings, model_queue
 from errands.errors import ConfigError
-from errands.mcp import McpServerConfig, parse_mcp_servers
-from errands.models import model_catalog
-from errands.pricing import price_table
-from errands.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
-from errands.workflow_io import RoundSettings, model_queue
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -188,11 +188,11 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
     """An Anthropic-compatible server to use instead of api.anthropic.com (``http(s)://…``)."""
     prices: str | None = Field(default=None, alias="ERRANDS_PRICES")
-    """Extra or changed prices, as JSON, on top of errands.pricing.DEFAULT_PRICES.
+    """Extra or changed prices, as JSON, on top of errands.agent.pricing.DEFAULT_PRICES.
 
     {"provider:model": {"input": …, "output": …, "cached": …}} in USD per million tokens."""
     models: str | None = Field(default=None, alias="ERRANDS_MODELS")
-    """What errands should know about models, as JSON, on top of errands.models' catalog.
+    """What errands should know about models, as JSON, on top of the model catalog.
 
     {"provider:model pattern": {"context_window": …, "max_output": …, "temperature": …}}."""
     subtask_types: str | None = Field(default=None, alias="ERRANDS_SUBTASK_TYPES")
@@ -200,7 +200,8 @@ class Settings(BaseSettings):
 
     The worker imports them when it starts; each attribute is a SubtaskType or a list of them."""
     mcp_servers: str | None = Field(default=None, alias="ERRANDS_MCP_SERVERS")
-    """MCP servers whose tools the agents may call, as JSON by server name (errands.mcp).
+    """MCP servers whose tools the agents may call, as JSON by server name
+    (errands.adapters.mcp.config).
 
     {"name": {"command": [...], "env": {...}} or {"url": "…", "headers": {...}}}, with optional
     "tools", "for", "approval" and "timeout_seconds"; read by the worker only."""
@@ -401,7 +402,7 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str | None) -> str | None:
         if value is not None:
             # Imported here: the store imports psycopg (~50 ms), which only a set URL should cost.
-            from errands.store import sqlite_path
+            from errands.adapters.store import sqlite_path
 
             sqlite_path(value)
         return value

@@ -17,13 +17,13 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from errands.adapters.devserver import DevServer, free_port
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore, open_store
 from errands.client import connect
-from errands.devserver import DevServer, free_port
-from errands.routing import ModelRouter
-from errands.scripted import ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore, open_store
-from worker import build_worker
+from errands.workers import build_worker
 
 pytest_plugins = ["tests.mcp_notes"]  # the MCP notes servers and workers that call them
 

@@ -9,9 +9,9 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from errands.prompts import SUMMARY_INSTRUCTIONS
-from errands.scripted import Reply
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
+from errands.adapters.scripted import Reply
+from errands.agent.prompts import SUMMARY_INSTRUCTIONS
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 
 def new_ids(prefix: str = "t") -> tuple[str, str]:

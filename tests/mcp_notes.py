@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from errands.devserver import free_port, port_open
-from errands.mcp import McpServerConfig
-from errands.routing import ModelRouter
+from errands.adapters.devserver import free_port, port_open
+from errands.adapters.mcp.config import McpServerConfig
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore
 from errands.settings import Settings
-from errands.store import SessionStore
-from worker import build_worker
+from errands.workers import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "notes-token-" + "k" * 24

@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, TextContent
 
 IDEMPOTENCY_META_KEY = "errands/idempotency_key"
-"""The ``_meta`` key errands puts the idempotency key under (``errands.mcp``)."""
+"""The ``_meta`` key errands puts the idempotency key under (``errands.adapters.mcp.config``)."""
 
 TOOLS = ("write", "read", "search", "fail", "sleep")
 PAGE_SIZE = 2

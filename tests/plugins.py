@@ -1,7 +1,7 @@
 """Subtask types installed in the test worker (through ERRANDS_SUBTASK_TYPES)."""
 
-from errands.contracts import ToolSpec
-from errands.subtask_types import SubtaskType, WorkTool
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts.messages import ToolSpec
 
 
 def _lookup(arguments: dict) -> str:

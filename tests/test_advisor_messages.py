@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-from errands.advisor import (
+from errands.agent.advisor import (
     ADVISOR_INSTRUCTIONS,
     ADVISOR_TAIL_BUDGET_BYTES,
     DEFAULT_QUESTION,
     QUESTION_MAX_CHARS,
-    AdvisorResult,
     advice_result,
     advisor_request,
     advisor_spec,
@@ -21,7 +20,7 @@ from errands.advisor import (
     limit_reached_result,
     parse_question,
 )
-from errands.contracts import Message, ToolCall
+from errands.contracts.messages import AdvisorResult, Message, ToolCall
 
 
 def user(text: str) -> Message:

@@ -7,14 +7,14 @@ import uuid
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from errands.devserver import test_server_path
-from errands.routing import ModelRouter
-from errands.scripted import ScriptedModelServer
+from errands.adapters.devserver import test_server_path
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.workflows import TaskInput, TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import TaskInput, TaskResult
+from errands.workers import build_worker
 from tests.test_ask_user import DATABASE, ask, final, last_tool_result
-from worker import build_worker
 
 
 async def test_an_unanswered_question_times_out_after_24_hours(

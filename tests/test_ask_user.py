@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import TaskResult
 from tests.conftest import run_cli
 from tests.helpers import keep_history, start_task
 

@@ -11,10 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from errands.asking import (
-    Answer,
-    Decision,
-    QuestionSet,
+from errands.agent.asking import (
     Similarity,
     accepted_decision,
     answered_result,
@@ -22,7 +19,6 @@ from errands.asking import (
     cancelled_result,
     check_citation,
     clean_answer,
-    decision_id,
     dismissed_result,
     find_remembered,
     headless_result,
@@ -37,8 +33,9 @@ from errands.asking import (
     timed_out_result,
     validate_answer,
 )
-from errands.contracts import ToolCall
-from errands.control import NOT_BLANK
+from errands.agent.control import NOT_BLANK
+from errands.contracts.asking import Answer, QuestionSet, RememberedAnswer, decision_id
+from errands.contracts.messages import ToolCall
 from errands.errors import AnswerRejected, ModelMistake
 
 SET_ID = "task-1/ask-1"
@@ -512,7 +509,9 @@ def test_a_citation_without_new_evidence_returns_the_cited_decision() -> None:
 
 def test_a_dismissal_record_is_never_returned_from_memory() -> None:
     qs = ask(mc())
-    stored = Decision(decision_id=qs.decision_id, question_set=qs, answers={"q1": []}, summary="")
+    stored = RememberedAnswer(
+        decision_id=qs.decision_id, question_set=qs, answers={"q1": []}, summary=""
+    )
     assert find_remembered(qs, {qs.decision_id: stored.model_dump()}) is None
 
 

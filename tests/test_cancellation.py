@@ -19,15 +19,15 @@ from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from errands.devserver import DevServer
-from errands.routing import ModelRouter
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.devserver import DevServer
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings
+from errands.workers import build_worker
 from tests.helpers import ACTIVITY_STARTED, Conversation, events_of, history_events, start_task
 from tests.test_worker_crash import spawn_worker, worker_env
-from worker import build_worker
 
 MODEL = "openai:gpt-cancel"
 

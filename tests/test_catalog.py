@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from errands.catalog import referenced_messages, render_session
-from errands.contracts import StoredMessage
+from errands.agent.catalog import referenced_messages, render_session
+from errands.contracts.messages import StoredMessage
 
 TASK = "task-s1-a"
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from errands.scripted import ScriptedModelServer
+from errands.adapters.scripted import ScriptedModelServer
 from tests.conftest import run_cli
 from tests.test_cli_usage import a_clean_refusal
 from tests.test_rounds import final
@@ -25,9 +25,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "args"), BAD, ids=[f"{b[0]}={b[1]}" for b in BAD]
-)
+@pytest.mark.parametrize(("variable", "value", "args"), BAD, ids=[f"{b[0]}={b[1]}" for b in BAD])
 async def test_a_bad_setting_exits_2_with_one_line_naming_it(
     cli_env: dict[str, str], variable: str, value: str, args: list[str]
 ) -> None:

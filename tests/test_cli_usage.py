@@ -3,6 +3,7 @@ serves, pending questions, cancelling, and stopping the long-running commands.""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import shlex
@@ -17,14 +18,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from errands.devserver import DevServer, free_port, port_open
-from errands.scripted import ScriptedModelServer
+from errands.adapters.devserver import DevServer, free_port, port_open
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.cli import _parser
 from errands.settings import Settings
-from errands.store import SessionStore
 from tests.conftest import ROOT, run_cli
 from tests.test_ask_user import DATABASE, MODEL, ask, final, until_waiting
 
 README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs" / "guide.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()
+OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 
 
 def new_session() -> str:
@@ -316,7 +321,7 @@ async def test_serve_on_a_busy_port_says_so(cli_env) -> None:
     assert "--port" in line
 
 
-# -- help and README ------------------------------------------------------------------------
+# -- help and the docs ----------------------------------------------------------------------
 
 
 async def test_help_is_plain_text(cli_env) -> None:
@@ -326,21 +331,32 @@ async def test_help_is_plain_text(cli_env) -> None:
     assert "cancel" in result.stdout
 
 
-def test_the_readme_configuration_table_lists_every_setting() -> None:
-    first_cells = [line.split("|")[1] for line in README.splitlines() if line.startswith("| `")]
+def test_the_configuration_doc_lists_every_setting() -> None:
+    first_cells = [
+        line.split("|")[1] for line in CONFIGURATION.splitlines() if line.startswith("| `")
+    ]
     listed = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", " ".join(first_cells)))
     names = {field.alias for field in Settings.model_fields.values() if field.alias}
-    assert sorted(names - listed) == [], "settings missing from the README's configuration table"
-    assert sorted(listed - names) == [], "the README lists variables errands does not read"
+    assert sorted(names - listed) == [], "settings missing from docs/configuration.md"
+    assert sorted(listed - names) == [], (
+        "docs/configuration.md lists variables errands does not read"
+    )
 
 
-def test_the_readme_names_every_search_attribute_and_the_cancel_command() -> None:
-    from errands.devserver import SEARCH_ATTRIBUTES
+def test_the_guide_names_every_command_and_the_readme_links_it() -> None:
+    parser = _parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for command in commands.choices:
+        assert f"errands {command} " in GUIDE, f"docs/guide.md does not show `errands {command}`"
+    assert "(docs/guide.md)" in README
+    assert "DESIGN.md" not in README
+
+
+def test_the_operations_doc_names_every_search_attribute() -> None:
+    from errands.adapters.devserver import SEARCH_ATTRIBUTES
 
     for name in SEARCH_ATTRIBUTES:
-        assert f"`{name}`" in README
-    assert "errands cancel" in README
-    assert "DESIGN.md" not in README
+        assert f"`{name}`" in OPERATIONS
 
 
 async def test_history_refuses_a_store_that_is_not_there_and_creates_none(

@@ -11,10 +11,10 @@ import pytest
 from temporalio.client import Client as TemporalClient
 
 from errands import errors
+from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client, new_task_id
-from errands.scripted import Call, Fail, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore
 from tests.conftest import run_cli
 from tests.helpers import Conversation
 from tests.test_rounds import answer_branch, branch_prompt, delegate, final, general

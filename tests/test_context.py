@@ -20,22 +20,23 @@ from temporalio.client import Client
 
 import errands
 from activities._context import session_view
-from errands import context, ids, reading
-from errands.activity_io import RoundView
-from errands.contracts import NewMessage, StoredMessage, ToolSpec
-from errands.devserver import DevServer
-from errands.models import ModelInfo
-from errands.providers._errors import classify_provider_error
-from errands.routing import ModelRouter
-from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.devserver import DevServer
+from errands.adapters.providers._errors import classify_provider_error
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.agent import context, reading
+from errands.agent.model_catalog import ModelInfo
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts import ids
+from errands.contracts.activities import RoundView
+from errands.contracts.messages import NewMessage, StoredMessage, ToolSpec
+from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.subtask_types import SubtaskType, WorkTool
-from errands.workflow_io import RoundSettings
+from errands.workers import build_worker
 from tests.conftest import run_cli
 from tests.helpers import is_branch_request, is_summary_call, keep_history, start_task
 from tests.test_worker_crash import spawn_worker, worker_env
-from worker import build_worker
 
 MODEL = "openai:ctx-16k"
 WINDOW = 16_000

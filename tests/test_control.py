@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from errands.contracts import ToolCall
-from errands.control import (
+from errands.agent.control import (
     NOT_BLANK,
     delegate_spec,
     final_reply_spec,
@@ -18,8 +17,9 @@ from errands.control import (
     parse_final_reply,
     pick_control_call,
 )
+from errands.agent.subtask_types import GENERAL
+from errands.contracts.messages import ToolCall
 from errands.errors import ModelMistake
-from errands.subtask_types import GENERAL
 from tests.plugins import RESEARCH
 
 TYPES = [GENERAL.info(), RESEARCH.info()]
@@ -68,9 +68,7 @@ def test_malformed_arguments_are_rejected_with_the_json_error() -> None:
 
 def test_a_repeated_delegate_asks_for_one_call_with_every_subtask() -> None:
     one = call("delegate", reply="r", subtasks=[{"type": "general", "prompt": "p"}])
-    with pytest.raises(
-        ModelMistake, match="Delegate once, with every subtask this round needs"
-    ):
+    with pytest.raises(ModelMistake, match="Delegate once, with every subtask this round needs"):
         parse_delegate([one, one], catalog_size=1, types=TYPES, max_subtasks=8)
 
 

@@ -28,8 +28,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from errands.adapters.devserver import SEARCH_ATTRIBUTES, DevServer, temporal_cli_path
 from errands.cli import _parser
-from errands.devserver import SEARCH_ATTRIBUTES, DevServer, temporal_cli_path
 from errands.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from errands.devserver import (
+from errands.adapters.devserver import (
     SEARCH_ATTRIBUTES,
     DevServer,
     free_port,

@@ -11,12 +11,12 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError
 
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
-from errands.events import StoredEvent
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.contracts.events import StoredEvent
+from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings
 from tests.conftest import run_cli
 from tests.helpers import Conversation, keep_history, start_task
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
-from errands.events import EVENT_FIELDS, TERMINAL, EventType, render_schema
+from errands.contracts.events import EVENT_FIELDS, TERMINAL, EventType, render_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,5 +44,5 @@ def test_the_event_types_are_pinned_and_each_is_documented() -> None:
 
 def test_docs_events_md_is_the_schema_as_generated() -> None:
     assert (ROOT / "docs" / "events.md").read_text() == render_schema(), (
-        "regenerate docs/events.md from errands.events.render_schema()"
+        "regenerate docs/events.md from errands.contracts.events.render_schema()"
     )

@@ -12,15 +12,16 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import SessionActivities
-from errands.activity_io import AppendReplyInput, OpenTaskInput, OpenTaskOutput
-from errands.contracts import NewMessage
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.agent.subtask_types import load_types
+from errands.contracts.activities import AppendReplyInput, OpenTaskInput, OpenTaskOutput
+from errands.contracts.messages import NewMessage
+from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.plugin import WORKFLOWS, build_activities
-from errands.routing import ModelRouter
-from errands.scripted import Call, Fail, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.subtask_types import load_types
-from errands.workflow_io import RoundSettings, TaskResult
+from errands.workers import build_worker
 from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
@@ -32,7 +33,6 @@ from tests.helpers import (
     keep_history,
     start_task,
 )
-from worker import build_worker
 
 FAST = RoundSettings(model_max_attempts=4)
 

@@ -3,15 +3,19 @@ client and worker, a subtask type of their own whose branch calls a typed Python
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.worker import Worker
 
-from errands.devserver import DevServer
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.devserver import DevServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.settings import Settings
 from tests.conftest import OPENAI_KEY, ROOT
 from tests.helpers import Conversation
 
@@ -80,9 +84,41 @@ async def test_the_example_delegates_to_its_own_type_whose_branch_runs_the_pytho
     assert [m["content"] for m in tool_messages(answered)] == ["270.0"]
 
 
-def test_the_readme_shows_the_example_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## From Python\n", 1)[1].split("\n## ", 1)[0]
+def python_block(path: Path, heading: str) -> str:
+    """The first python code block of the ``## heading`` section of a markdown file."""
+    section = path.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     shown = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert shown is not None, "README's From Python section has a python code block"
-    assert shown.group(1) == EXAMPLE.read_text()
+    assert shown is not None, f"{path.name}'s {heading} section has a python code block"
+    return shown.group(1)
+
+
+def test_the_guide_shows_the_example_as_it_is() -> None:
+    assert python_block(ROOT / "docs" / "guide.md", "From Python") == EXAMPLE.read_text()
+
+
+async def test_the_readmes_python_runs_a_task_and_prints_its_events_and_reply(
+    monkeypatch: pytest.MonkeyPatch,
+    dev_server: DevServer,
+    model_server: ScriptedModelServer,
+    settings: Settings,
+    worker: Worker,
+    scripted: ScriptedModelServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in os.environ if n.startswith(("ERRANDS_", "OPENAI_", "ANTHROPIC_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", dev_server.address)
+    monkeypatch.setenv("ERRANDS_TASK_QUEUE", settings.task_queue)
+    monkeypatch.setenv("ERRANDS_DATABASE_URL", settings.session_database_url())
+    monkeypatch.setenv("ERRANDS_MODEL", "openai:gpt-readme")
+    scripted.script("gpt-readme", Reply(calls=[Call("final_reply", {"text": FINAL})]))
+    code = python_block(ROOT / "README.md", "From Python")
+
+    # As a user runs it: a program of its own, with its own asyncio.run (here in a thread, so
+    # the session's loop keeps running the worker meanwhile).
+    await asyncio.to_thread(exec, compile(code, "README.md", "exec"), {"__name__": "__main__"})
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1 task_started"
+    assert lines[-2].endswith(" replied")
+    assert lines[-1] == FINAL

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.errors import ConfigError
 from errands.gateway import check_binding, create_app, is_loopback, serve, serving
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore
 from tests.helpers import Conversation, history_events
 
 DATABASE = {

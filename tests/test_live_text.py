@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from temporalio.client import Client
 
 from activities._calls import JsonStringField
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
-from errands.events import LiveText, StoredEvent
-from errands.routing import ModelRouter
-from errands.scripted import Call, Reply, ScriptedModelServer
+from errands.contracts.events import LiveText, StoredEvent
 from errands.settings import Settings
-from errands.store import SessionStore
+from errands.workers import build_worker
 from tests.helpers import Conversation, start_task
-from worker import build_worker
 
 # 2,000 characters of a reply, with what JSON must escape in it.
 REPLY = ('Lisbon first: the "old town" and Belém.\nThen Porto — wine, bridges, tiles. ' * 26)[:2000]

@@ -9,10 +9,10 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from errands.contracts import Usage
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.contracts.messages import Usage
+from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from errands.workflow_io import RoundSettings
 from tests.conftest import run_cli
 from tests.helpers import start_task
 from tests.test_ask_user import DATABASE, ask, last_tool_result, until_waiting

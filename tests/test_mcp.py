@@ -1,6 +1,6 @@
-"""errands.mcp_client against a real MCP server (tests/mcp_notes_server.py) in a separate
-process, over stdio and over Streamable HTTP; plus errands.mcp: the ERRANDS_MCP_SERVERS parser and
-the tool names."""
+"""errands.adapters.mcp.client against a real MCP server (tests/mcp_notes_server.py) in a separate
+process, over stdio and over Streamable HTTP; plus errands.adapters.mcp.config: the
+ERRANDS_MCP_SERVERS parser and the tool names."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from mcp import types
 
-from errands.devserver import free_port
-from errands.mcp import (
+from errands.adapters.devserver import free_port
+from errands.adapters.mcp.client import call_tool, list_tools, tool_outcome
+from errands.adapters.mcp.config import (
     IDEMPOTENCY_META_KEY,
     McpServerConfig,
     parse_mcp_servers,
     split_tool_name,
     tool_name,
 )
-from errands.mcp_client import call_tool, list_tools, tool_outcome
 from tests.mcp_notes import ROOT, Notes, notes_command, start_listening, stop
 from tests.mcp_notes_server import IDEMPOTENCY_META_KEY as SERVER_META_KEY
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from errands.contracts import ModelRequest, ModelUsage, Usage, UsageLedger
+from errands.agent.model_catalog import CATALOG, ModelInfo, matches, model_catalog
+from errands.agent.pricing import DEFAULT_PRICES, cost_usd, price_for, price_table
+from errands.contracts.messages import ModelPrice, ModelRequest, ModelUsage, Usage, UsageLedger
 from errands.errors import ConfigError
-from errands.models import CATALOG, ModelInfo, matches, model_catalog
-from errands.pricing import DEFAULT_PRICES, ModelPrice, cost_usd, price_for, price_table
 from errands.settings import load_settings
 
 

@@ -8,7 +8,7 @@ import uuid
 
 from temporalio.client import Client
 
-from errands.scripted import Call, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Reply, ScriptedModelServer
 from errands.settings import Settings
 from tests.helpers import Conversation, start_task
 

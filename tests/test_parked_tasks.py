@@ -10,12 +10,12 @@ import uuid
 
 from temporalio.client import Client
 
+from errands.adapters.devserver import DevServer
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
-from errands.devserver import DevServer
-from errands.scripted import ScriptedModelServer
+from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import TaskResult
 from tests.helpers import start_task
 from tests.test_ask_user import DATABASE, ask, final
 from tests.test_worker_crash import spawn_worker, worker_env

@@ -15,15 +15,10 @@ from typing import Any
 
 import pytest
 
-from errands.asking import (
-    QuestionSet,
-    clean_answer,
-    is_dismissal,
-    parse_ask_user,
-    pending_view,
-)
-from errands.contracts import ToolCall
-from errands.picker import pick_answer
+from errands.agent.asking import clean_answer, is_dismissal, parse_ask_user, pending_view
+from errands.cli._picker import pick_answer
+from errands.contracts.asking import QuestionSet
+from errands.contracts.messages import ToolCall
 
 TIMEOUT = 5.0
 DOWN, UP, ENTER, SPACE, ESC = b"\x1b[B", b"\x1b[A", b"\r", b" ", b"\x1b"

@@ -15,16 +15,16 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
 
-from errands.devserver import DevServer
+from errands.adapters.devserver import DevServer
+from errands.adapters.scripted import Call, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore, open_store
+from errands.agent.subtask_types import SubtaskType, load_types
+from errands.agent.tools import tool
 from errands.errors import ConfigError, ModelMistake
 from errands.plugin import ErrandsPlugin
-from errands.scripted import Call, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore, open_store
-from errands.subtask_types import SubtaskType, load_types
-from errands.tools import tool
+from errands.workers import build_worker
 from tests.helpers import HISTORIES, start_task
-from worker import build_worker
 
 ECHO = SubtaskType(
     key="echo",
@@ -181,7 +181,7 @@ def test_an_entry_point_that_does_not_load_is_named(
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-types\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
-        "[errands.subtask_types]\nbroken = broken_types_nowhere:TYPES\n"
+        "[errands.agent.subtask_types]\nbroken = broken_types_nowhere:TYPES\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError) as bad:

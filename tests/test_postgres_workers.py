@@ -14,9 +14,9 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from errands.devserver import DevServer
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
-from errands.store import open_store
+from errands.adapters.devserver import DevServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import open_store
 from tests.helpers import start_task
 from tests.test_store import pg_admin, pg_url_in
 from tests.test_worker_crash import spawn_worker, worker_env

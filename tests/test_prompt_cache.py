@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from errands.contracts import Message, ModelRequest, ToolCall, ToolSpec, Usage
-from errands.models import model_catalog
-from errands.providers import AnthropicMessagesProvider, anthropic_client
-from errands.scripted import Call, Reply, ScriptedModelServer
+from errands.adapters.providers import AnthropicMessagesProvider, anthropic_client
+from errands.adapters.scripted import Call, Reply, ScriptedModelServer
+from errands.agent.model_catalog import model_catalog
+from errands.agent.side_questions import preferred_request
+from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolSpec, Usage
 from errands.settings import Settings
-from errands.side_questions import preferred_request
 from tests.helpers import Conversation, start_task
 
 BREAKPOINT = {"type": "ephemeral"}

@@ -16,23 +16,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos._strategies import QUESTION_SET, answer_shaped, control_calls, json_values, with_pending
-from errands.asking import (
-    QuestionSet,
-    clean_answer,
-    decision_id,
-    is_dismissal,
-    parse_ask_user,
-)
-from errands.catalog import render_session
-from errands.contracts import StoredMessage, ToolCall
-from errands.control import (
+from errands.agent.asking import clean_answer, is_dismissal, parse_ask_user
+from errands.agent.catalog import render_session
+from errands.agent.control import (
     PRECEDENCE,
     parse_delegate,
     parse_final_reply,
     pick_control_call,
 )
+from errands.agent.subtask_types import GENERAL
+from errands.contracts.asking import QuestionSet, decision_id
+from errands.contracts.messages import StoredMessage, ToolCall
 from errands.errors import AnswerRejected, ModelMistake
-from errands.subtask_types import GENERAL
 from tests.plugins import RESEARCH
 
 EXAMPLES = int(os.environ.get("ERRANDS_PROPERTY_EXAMPLES", "100"))

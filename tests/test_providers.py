@@ -17,9 +17,7 @@ import openai
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from errands.contracts import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec, Usage
-from errands.models import model_catalog
-from errands.providers import (
+from errands.adapters.providers import (
     AnthropicMessagesProvider,
     OpenAIChatProvider,
     Provider,
@@ -28,8 +26,17 @@ from errands.providers import (
     is_openai_api,
     openai_client,
 )
-from errands.scripted import Call, Fail, Reply, Reset, ScriptedModelServer
-from errands.side_questions import fallback_request, preferred_request
+from errands.adapters.scripted import Call, Fail, Reply, Reset, ScriptedModelServer
+from errands.agent.model_catalog import model_catalog
+from errands.agent.side_questions import fallback_request, preferred_request
+from errands.contracts.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 Server = ScriptedModelServer
 SECRET = "sk-test-Secret0123456789"
@@ -630,14 +637,14 @@ async def test_a_refused_required_tool_choice_is_retried_with_auto_in_the_same_c
 
     async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
         provider = OpenAIChatProvider(client)
-        with caplog.at_level(logging.WARNING, logger="errands.providers"):
+        with caplog.at_level(logging.WARNING, logger="errands.adapters.providers"):
             first = await provider.complete("gpt-local", ROUND, timeout=10)
             second = await provider.complete("gpt-local", ROUND, timeout=10)
 
     assert (first.text, second.text) == ("first", "second")
     assert [r.body["tool_choice"] for r in server.requests] == ["required", "auto", "auto"]
     assert isinstance(server.requests[0].answered, Fail)
-    warnings = [r for r in caplog.records if r.name == "errands.providers"]
+    warnings = [r for r in caplog.records if r.name == "errands.adapters.providers"]
     assert len(warnings) == 1 and "gpt-local" in warnings[0].getMessage()
     assert SECRET not in warnings[0].getMessage()
 

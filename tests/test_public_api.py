@@ -103,7 +103,7 @@ def test_the_exception_tree_splits_by_blame() -> None:
 
 
 def test_the_failure_kinds_are_one_list_for_results_providers_and_retries() -> None:
-    from errands.workflow_io import TaskError
+    from errands.contracts.workflows import TaskError
 
     kinds = TaskError.model_fields["kind"].annotation
     assert set(errors.FAILURE_KINDS) == set(kinds.__args__)  # type: ignore[union-attr]

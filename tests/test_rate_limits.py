@@ -17,17 +17,16 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities import ConsultActivities, ModelActivities, model_calls
+from errands.adapters.devserver import DevServer
+from errands.adapters.routing import ModelRouter, with_jitter
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import connect
-from errands.contracts import Message, ModelRequest
-from errands.devserver import DevServer
-from errands.routing import ModelRouter, with_jitter
-from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.contracts.messages import Message, ModelRequest
+from errands.plugin import ErrandsPlugin
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore
-from errands.subtask_types import load_types
+from errands.workers import build_worker
 from tests.helpers import ACTIVITY_STARTED, Conversation, events_of, history_events, start_task
-from worker import build_worker
 
 MODEL = "openai:gpt-limited"
 HOLD = 0.4
@@ -207,16 +206,13 @@ async def test_two_workers_on_a_rate_limited_model_queue_hold_the_rate_together(
 ) -> None:
     own = limited(settings, model_task_queue="{provider}-models-" + uuid.uuid4().hex[:6])
     (model_queue,) = [q for q in own.model_task_queues() if q.startswith("openai-")]
-    types = load_types(own.subtask_types)
     routers = [ModelRouter(own) for _ in range(3)]
     # A client each, as two worker processes would have (one client polls a queue once).
     model_workers = [
         Worker(
             await connect(dev_server.address),
             task_queue=model_queue,
-            activities=model_calls(
-                ModelActivities(store, router, types), ConsultActivities(store, router, types)
-            ),
+            activities=ErrandsPlugin(own).model_call_activities(store, router),
             max_task_queue_activities_per_second=RATE,
             identity=f"model-worker-{k}",
         )

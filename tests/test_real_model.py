@@ -24,21 +24,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 import errands
-from errands.advisor import advisor_spec
-from errands.asking import ask_user_spec
-from errands.contracts import Message, ModelRequest
-from errands.control import delegate_spec, final_reply_spec
-from errands.devserver import free_port
-from errands.events import LiveText
-from errands.providers._openai import openai_client, openai_params
-from errands.routing import ModelRouter
+from errands.adapters.devserver import free_port
+from errands.adapters.providers._openai import openai_client, openai_params
+from errands.adapters.routing import ModelRouter
+from errands.adapters.store import SessionStore
+from errands.agent.advisor import advisor_spec
+from errands.agent.asking import ask_user_spec
+from errands.agent.control import delegate_spec, final_reply_spec
+from errands.agent.subtask_types import GENERAL
+from errands.contracts.events import LiveText
+from errands.contracts.messages import Message, ModelRequest
+from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.subtask_types import GENERAL
-from errands.workflow_io import TaskResult
+from errands.workers import build_worker
 from tests.llama_server import Exchange, LlamaServer, RecordingProxy, llama_server
 from tests.plugins import RESEARCH
-from worker import build_worker
 
 pytestmark = pytest.mark.real_model
 

@@ -13,13 +13,13 @@ from typing import Any
 
 from temporalio.client import Client
 
-from errands.activity_io import SideAnswer, SideQuestionInput
-from errands.advisor import ADVISOR_INSTRUCTIONS, advisor_request
-from errands.contracts import Message, ToolCall
-from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.agent.advisor import ADVISOR_INSTRUCTIONS, advisor_request
+from errands.contracts.activities import SideAnswer, SideQuestionInput
+from errands.contracts.messages import Message, ToolCall
+from errands.contracts.workflows import RoundSettings, SideQuestion, TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings, SideQuestion, TaskResult
 from tests.helpers import ACTIVITY_SCHEDULED, events_of, history_events, keep_history, start_task
 from tests.test_ask_user import DATABASE, ask, until_waiting
 
@@ -384,8 +384,8 @@ async def test_a_503_that_repeats_itself_is_still_an_outage_and_retried(
 
 
 def test_broken_json_is_described_without_a_doubled_word() -> None:
-    from errands.asking import parse_ask_user
-    from errands.control import parse_final_reply
+    from errands.agent.asking import parse_ask_user
+    from errands.agent.control import parse_final_reply
     from errands.errors import ModelMistake
 
     cut = '{"text": "a long answer cut off'

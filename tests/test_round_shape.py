@@ -9,9 +9,9 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from errands.scripted import ScriptedModelServer
+from errands.adapters.scripted import ScriptedModelServer
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 from tests.helpers import events_of, history_events, start_task
 from tests.test_ask_user import DATABASE, ask, final, last_tool_result, until_waiting
 

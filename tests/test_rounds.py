@@ -11,12 +11,12 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from errands.contracts import NewMessage
-from errands.control import SubtaskDraft
-from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.messages import NewMessage
+from errands.contracts.subtasks import SubtaskDraft
+from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings, TaskInput, TaskResult
 from tests.conftest import run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,

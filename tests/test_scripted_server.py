@@ -16,8 +16,8 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from errands.contracts import Usage
-from errands.scripted import Call, Fail, RecordedRequest, Reply, Reset, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, Reset, ScriptedModelServer
+from errands.contracts.messages import Usage
 
 Server = ScriptedModelServer
 # Typed loosely: the two SDKs want different TypedDicts for the same literal.

@@ -11,11 +11,11 @@ import json
 import pytest
 from temporalio.exceptions import ApplicationError
 
+from errands.adapters.routing import parse_model
+from errands.agent.validation import check_model_spec
+from errands.contracts.workflows import RoundSettings
 from errands.errors import ConfigError
-from errands.routing import parse_model
 from errands.settings import Settings, load_settings, render_report
-from errands.validation import check_model_spec
-from errands.workflow_io import RoundSettings
 
 VARIABLES = [info.alias for info in Settings.model_fields.values()]
 OPENAI_KEY = "sk-proj-" + "Zq7" * 10

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from errands.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings, TaskResult
 from tests.conftest import run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from errands.contracts import Message, ModelRequest, ToolCall, ToolSpec
-from errands.side_questions import (
+from errands.agent.side_questions import (
     EMPTY_CONVERSATION,
     MESSAGE_MAX_CHARS,
     REFUSED_TOOL_TEXT,
@@ -21,6 +20,7 @@ from errands.side_questions import (
     trim_to_last_assistant,
     validate_side_question,
 )
+from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolSpec
 
 
 def user(text: str) -> Message:

@@ -10,11 +10,11 @@ from typing import Any
 
 from temporalio.client import Client
 
-from errands import ids
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts import ids
+from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import TaskResult
 from tests.conftest import run_cli
 from tests.helpers import keep_history, start_task
 

@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from errands.contracts import NewMessage, StoredMessage
-from errands.events import EventType, NewEvent
-from errands.store import SessionStore, open_store
+from errands.adapters.store import SessionStore, open_store
+from errands.contracts.events import EventType, NewEvent
+from errands.contracts.messages import NewMessage, StoredMessage
 
 PG_URL = os.environ.get("ERRANDS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -28,8 +28,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from errands.devserver import DevServer, free_port
-from errands.telemetry import (
+from errands.adapters.devserver import DevServer, free_port
+from errands.adapters.telemetry import (
     LogContextInterceptor,
     configure_logging,
     ids_from_workflow_id,
@@ -276,7 +276,7 @@ def test_tracing_interceptors_are_empty_and_say_why_without_opentelemetry(
 ) -> None:
     # A None entry in sys.modules makes the import fail as if the package were not installed.
     monkeypatch.setitem(sys.modules, "temporalio.contrib.opentelemetry", None)
-    with caplog.at_level(logging.WARNING, logger="errands.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="errands.adapters.telemetry"):
         assert tracing_interceptors() == []
     [record] = caplog.records
     assert "tracing is off" in record.getMessage()

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from activities._threads import open_threads
-from errands import ids
-from errands.activity_io import OpenBranchInput
-from errands.contracts import NewMessage
-from errands.store import open_store
+from errands.adapters.store import open_store
+from errands.contracts import ids
+from errands.contracts.activities import OpenBranchInput
+from errands.contracts.messages import NewMessage
 
 
 def opening(thread_id: str, prompt: str) -> OpenBranchInput:

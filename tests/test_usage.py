@@ -7,9 +7,9 @@ import asyncio
 
 from temporalio.client import Client
 
-from errands.contracts import ModelUsage, Usage
-from errands.pricing import ModelPrice, cost_usd, price_table
-from errands.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.agent.pricing import cost_usd, price_table
+from errands.contracts.messages import ModelPrice, ModelUsage, Usage
 from errands.settings import Settings
 from tests.helpers import Conversation, start_task
 

@@ -23,12 +23,12 @@ import pytest
 from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from temporalio.client import Client
 
-from errands import ids
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
+from errands.contracts import ids
 from errands.gateway import create_app, serving
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore
 from tests.helpers import Conversation
 from tests.mcp_notes import Servers
 

@@ -30,24 +30,24 @@ from temporalio.client import (
 from temporalio.worker import Worker
 
 import errands
-from errands import ids
-from errands.approvals import ApprovalAnswer, ApprovalReceipt
+from errands.adapters.devserver import DevServer
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
-from errands.contracts import NewMessage
-from errands.devserver import DevServer
+from errands.contracts import ids
+from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt
+from errands.contracts.messages import NewMessage
+from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.errors import TaskEnded
 from errands.gateway import create_app, serving
 from errands.plugin import ErrandsPlugin
-from errands.routing import ModelRouter
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.settings import Settings
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings, TaskResult
+from errands.workers import build_worker
 from tests.conftest import run_cli
 from tests.helpers import Conversation, keep_history, start_task
 from tests.mcp_notes import BIG, TOKEN, Servers
 from tests.test_worker_crash import spawn_worker, worker_env
-from worker import build_worker
 
 MODEL = "openai:gpt-tools"
 CALL = re.compile(r"call (\S+) (\{.*\})", re.DOTALL)
@@ -363,7 +363,7 @@ async def test_cancelling_a_task_during_a_tool_call_stores_a_cancelled_result_an
 async def test_the_demo_models_facts_branch_calls_the_bundled_almanac_server(
     client: Client, settings: Settings, store: SessionStore
 ) -> None:
-    almanac = {"almanac": {"command": [sys.executable, "-m", "errands.demo_tools"]}}
+    almanac = {"almanac": {"command": [sys.executable, "-m", "errands.adapters.demo_tools"]}}
     own = settings.model_copy(
         update={
             "task_queue": f"demo-tools-{uuid.uuid4().hex[:6]}",

@@ -13,10 +13,10 @@ from collections import Counter
 
 from temporalio.client import Client
 
-from errands.devserver import DevServer
-from errands.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
-from errands.store import SessionStore
-from errands.workflow_io import RoundSettings
+from errands.adapters.devserver import DevServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.contracts.workflows import RoundSettings
 from tests.conftest import OPENAI_KEY, ROOT
 from tests.helpers import Conversation, start_task
 

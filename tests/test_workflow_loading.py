@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import workflows
-from worker import cache_workflow_bytecode
+from errands.workers import cache_workflow_bytecode
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,10 +10,10 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ConsultActivities
-    from errands.activity_io import AdvisorInput, RoundStepInput
-    from errands.advisor import error_result, limit_reached_result, parse_question
-    from errands.contracts import ToolCall
-    from errands.workflow_io import TaskInput, TaskState, model_queue
+    from errands.agent.advisor import error_result, limit_reached_result, parse_question
+    from errands.contracts.activities import AdvisorInput, RoundStepInput
+    from errands.contracts.messages import ToolCall
+    from errands.contracts.workflows import TaskInput, TaskState, model_queue
     from workflows._failures import describe
     from workflows._options import model_retry
 

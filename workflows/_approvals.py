@@ -1,5 +1,5 @@
-"""Approvals in workflows (``errands.approvals``): the task holds every call that waits for the
-user, its own (the main agent's) and its branches'; a branch asks its task by signal and waits
+"""Approvals in workflows (``errands.agent.approvals``): the task holds every call that waits for
+the user, its own (the main agent's) and its branches'; a branch asks its task by signal and waits
 for the verdict by signal.
 
 The task shows the first waiting call as its ``pending_approval`` and answers it from the
@@ -15,8 +15,9 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from errands import approvals, ids
-    from errands.approvals import ApprovalNeed, ApprovalRequest, Verdict
+    from errands.agent import approvals
+    from errands.contracts import ids
+    from errands.contracts.approvals import ApprovalNeed, ApprovalRequest, Verdict
 
 REQUEST_SIGNAL = "request_approval"
 WITHDRAW_SIGNAL = "withdraw_approval"

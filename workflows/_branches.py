@@ -12,10 +12,10 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands import ids
-    from errands.activity_io import BranchOutcome, RecordBranchInput
-    from errands.control import DelegateDecision, SubtaskDraft
-    from errands.workflow_io import SubtaskInput, TaskInput, TaskState
+    from errands.contracts import ids
+    from errands.contracts.activities import BranchOutcome, RecordBranchInput
+    from errands.contracts.subtasks import DelegateDecision, SubtaskDraft
+    from errands.contracts.workflows import SubtaskInput, TaskInput, TaskState
     from workflows._failures import describe
     from workflows._options import store_call
     from workflows._subtask import SubtaskWorkflow

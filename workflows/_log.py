@@ -1,7 +1,7 @@
-"""Events of the log (``errands.events``) that only a workflow sees: a question put to the user
-and its answer, the task's failure or cancellation. Activities write every other event as they
-do their work; these go through the ``record_event`` store activity, under a deterministic key,
-so a replayed or retried write changes nothing."""
+"""Events of the log (``errands.contracts.events``) that only a workflow sees: a question put to
+the user and its answer, the task's failure or cancellation. Activities write every other event
+as they do their work; these go through the ``record_event`` store activity, under a
+deterministic key, so a replayed or retried write changes nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands.events import EventType, NewEvent
+    from errands.contracts.events import EventType, NewEvent
     from workflows._options import store_call
 
 

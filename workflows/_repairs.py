@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from errands import ids, prompts
-    from errands.contracts import Message, ToolCall
-    from errands.control import Rejection
-    from errands.workflow_io import Slot
+    from errands.agent import prompts
+    from errands.agent.control import Rejection
+    from errands.contracts import ids
+    from errands.contracts.messages import Message, ToolCall
+    from errands.contracts.workflows import Slot
 
 
 @dataclass(frozen=True)

@@ -21,19 +21,9 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
-    from errands import ids, prompts
-    from errands.activity_io import (
-        ReadMessageInput,
-        RememberInput,
-        RoundStepInput,
-        RunRoundToolInput,
-        SessionRef,
-    )
-    from errands.advisor import ADVISOR_TOOL
-    from errands.approvals import ApprovalNeed
-    from errands.asking import (
-        Answer,
-        QuestionSet,
+    from errands.agent import prompts
+    from errands.agent.advisor import ADVISOR_TOOL
+    from errands.agent.asking import (
         accepted_decision,
         check_citation,
         find_remembered,
@@ -44,22 +34,30 @@ with workflow.unsafe.imports_passed_through():
         result_for_answer,
         timed_out_result,
     )
-    from errands.contracts import ToolCall
-    from errands.control import (
+    from errands.agent.control import (
         ASK_USER,
         DELEGATE,
         FINAL_REPLY,
-        Decision,
-        DelegateDecision,
         Rejection,
-        ReplyDecision,
         parse_delegate,
         parse_final_reply,
         pick_control_call,
     )
+    from errands.agent.reading import READ_MESSAGE
+    from errands.contracts import ids
+    from errands.contracts.activities import (
+        ReadMessageInput,
+        RememberInput,
+        RoundStepInput,
+        RunRoundToolInput,
+        SessionRef,
+    )
+    from errands.contracts.approvals import ApprovalNeed
+    from errands.contracts.asking import Answer, QuestionSet
+    from errands.contracts.messages import ToolCall
+    from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
+    from errands.contracts.workflows import Slot, TaskInput, TaskState, model_queue
     from errands.errors import ModelMistake
-    from errands.reading import READ_MESSAGE
-    from errands.workflow_io import Slot, TaskInput, TaskState, model_queue
     from workflows._advisor import consult_advisor
     from workflows._failures import Failure, describe, settled
     from workflows._log import log_event
@@ -123,7 +121,7 @@ class Waiting:
 
 
 RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting
-Attempt = Decision | Rejection | Failure | Waiting | Narration
+Attempt = RoundDecision | Rejection | Failure | Waiting | Narration
 
 
 Approver = Callable[[ApprovalNeed, int], Awaitable[str | None]]
@@ -369,7 +367,7 @@ class RoundDecider:
 
     def _read_step(
         self, calls: list[ToolCall], offered: set[str], work: set[str], catalog_size: int
-    ) -> Decision | Rejection | ToolCall | None:
+    ) -> RoundDecision | Rejection | ToolCall | None:
         """What one step's tool calls amount to: a decision, a call to repair, an ``ask_user``
         or work-tool call to carry out, or None when the model called nothing (narration).
 

@@ -17,9 +17,9 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ConsultActivities
-    from errands.activity_io import SideAnswer, SideQuestionInput
-    from errands.contracts import UsageLedger
-    from errands.workflow_io import model_queue
+    from errands.contracts.activities import SideAnswer, SideQuestionInput
+    from errands.contracts.messages import UsageLedger
+    from errands.contracts.workflows import model_queue
     from workflows._failures import describe
     from workflows._options import model_retry
 

@@ -16,18 +16,18 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
-    from errands import approvals, prompts
-    from errands.activity_io import (
+    from errands.agent import approvals, prompts
+    from errands.contracts.activities import (
         BranchStepInput,
         OpenBranchInput,
         RecordBranchInput,
         RunToolInput,
         RunToolOutput,
     )
-    from errands.approvals import ApprovalNeed, Verdict
-    from errands.contracts import ModelUsage, UsageLedger
-    from errands.control import SubtaskDraft
-    from errands.workflow_io import SubtaskInput, SubtaskResult, model_queue
+    from errands.contracts.approvals import ApprovalNeed, Verdict
+    from errands.contracts.messages import ModelUsage, UsageLedger
+    from errands.contracts.subtasks import SubtaskDraft
+    from errands.contracts.workflows import SubtaskInput, SubtaskResult, model_queue
     from workflows._approvals import (
         REQUEST_SIGNAL,
         VERDICT_SIGNAL,

@@ -18,8 +18,10 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands import approvals, ids, prompts
-    from errands.activity_io import (
+    from errands.agent import approvals, prompts
+    from errands.agent.pricing import cost_usd
+    from errands.contracts import ids
+    from errands.contracts.activities import (
         AppendAckInput,
         AppendMessageInput,
         AppendReplyInput,
@@ -32,19 +34,18 @@ with workflow.unsafe.imports_passed_through():
         SideAnswer,
         SideQuestionInput,
     )
-    from errands.approvals import (
+    from errands.contracts.approvals import (
         ApprovalAnswer,
         ApprovalNeed,
         ApprovalReceipt,
         ApprovalRequest,
         Verdict,
     )
-    from errands.asking import Answer
-    from errands.control import Decision, DelegateDecision, ReplyDecision
-    from errands.errors import AnswerRejected
-    from errands.events import EventType
-    from errands.pricing import cost_usd
-    from errands.workflow_io import (
+    from errands.contracts.asking import Answer
+    from errands.contracts.events import EventType
+    from errands.contracts.search import initial
+    from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
+    from errands.contracts.workflows import (
         AnswerReceipt,
         MessageReceipt,
         SendMessage,
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskState,
     )
+    from errands.errors import AnswerRejected
     from workflows._approvals import (
         REQUEST_SIGNAL,
         VERDICT_SIGNAL,
@@ -74,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._options import run_is_long, store_call
     from workflows._patches import RunPatches
     from workflows._round import RoundDecider, Waiting
-    from workflows._search import Publisher, initial
+    from workflows._search import Publisher
     from workflows._side import answer_side_question
     from workflows._waiting import HandOver, PendingQuestion
 
@@ -509,7 +511,7 @@ class TaskWorkflow:
 
     async def _decide(
         self, decider: RoundDecider, round_: int, upto: int, parked: Waiting | None
-    ) -> Decision | Failure:
+    ) -> RoundDecision | Failure:
         """The round's decision, waiting for the user as often as the model asks."""
         if parked is None:
             # Counted as it starts: a round that waits across runs is carried, not counted again.

@@ -14,8 +14,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from errands.asking import Answer, QuestionSet, clean_answer, pending_view, validate_answer
-    from errands.workflow_io import AnswerReceipt, RoundSettings
+    from errands.agent.asking import clean_answer, pending_view, validate_answer
+    from errands.contracts.asking import Answer, QuestionSet
+    from errands.contracts.workflows import AnswerReceipt, RoundSettings
     from workflows._options import run_is_long
 
 

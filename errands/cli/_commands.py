@@ -7,13 +7,13 @@ import argparse
 import asyncio
 import json
 
+from errands.adapters.store import open_store, sqlite_path
 from errands.cli._follow import follow
 from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
 from errands.client import Client, connect, new_session_id, task_input
 from errands.errors import InvalidRequest
 from errands.settings import load_settings, render_report
-from errands.store import open_store, sqlite_path
 
 FLAGS = {"model": "--model", "fallback_model": "--fallback-model"}
 """Task arguments by the flag that sets them, to name the flag in a refusal."""
@@ -236,7 +236,7 @@ async def config(args: argparse.Namespace) -> int:
 
 
 async def dev(args: argparse.Namespace) -> int:
-    from worker import running_workers
+    from errands.workers import running_workers
 
     settings = load_settings(
         ERRANDS_DEV_PORT=args.port, ERRANDS_DEV_UI_PORT=args.ui_port, ERRANDS_DATA_DIR=args.data_dir
@@ -265,7 +265,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 async def worker(args: argparse.Namespace) -> int:
-    from worker import run_worker
+    from errands.workers import run_worker
 
     await run_worker(load_settings())
     return 0

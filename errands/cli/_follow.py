@@ -9,9 +9,9 @@ import sys
 from typing import Any
 
 from errands.cli._output import approval_text, note, question_text
+from errands.cli._picker import pick_answer
 from errands.client import TaskHandle
 from errands.errors import Refused
-from errands.picker import pick_answer
 
 
 async def follow(handle: TaskHandle, *, timeout: float | None, progress: bool) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import shlex
 import sys
 from typing import Any
 
-from errands.asking import OTHER_PREFIX
-from errands.events import StoredEvent
+from errands.contracts.asking import OTHER_PREFIX
+from errands.contracts.events import StoredEvent
 
 
 def print_state(state: dict[str, Any], as_json: bool) -> None:

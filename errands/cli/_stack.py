@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from errands.adapters.devserver import DevServer, port_open
+from errands.adapters.store import open_store
 from errands.cli._output import note
 from errands.client import Client, connect
-from errands.devserver import DevServer, port_open
 from errands.errors import ConfigError, DevServerError
 from errands.settings import Settings
-from errands.store import open_store
 
 
 @asynccontextmanager
@@ -35,7 +35,7 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
             "embedded stack with `errands dev`",
             setting="TEMPORAL_ADDRESS",
         )
-    from worker import running_workers
+    from errands.workers import running_workers
 
     store = open_store(settings.session_database_url())
     try:

@@ -17,17 +17,16 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
-from errands import ids
+from errands.adapters.store import SessionStore, open_store, sqlite_path
+from errands.agent.pricing import price_table
+from errands.agent.validation import check_model_spec, check_session_id, check_task_text
 from errands.client._handle import RANDOM_BYTES, TASK_WORKFLOW, TaskHandle
 from errands.client._refusals import refusal
-from errands.contracts import StoredMessage
+from errands.contracts import ids, search
+from errands.contracts.messages import StoredMessage
+from errands.contracts.workflows import TaskInput, TaskResult
 from errands.errors import ConfigError, Conflict, InvalidRequest, TemporalUnreachable
-from errands.pricing import price_table
 from errands.settings import Settings, load_settings
-from errands.store import SessionStore, open_store, sqlite_path
-from errands.validation import check_model_spec, check_session_id, check_task_text
-from errands.workflow_io import TaskInput, TaskResult
-from workflows import _search as search
 
 QUERY_TIMEOUT = 5.0
 """Seconds a running task's worker has to answer a query (or accept an update) before the

@@ -23,11 +23,21 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
-from errands import ids
-from errands.activity_io import RoundStepInput, SideAnswer, SideQuestionInput
-from errands.approvals import ApprovalAnswer, ApprovalReceipt, Decision
 from errands.client._refusals import ending, innermost, kind_of, no_worker, polled, refusal
-from errands.contracts import StoredMessage
+from errands.contracts import ids, search
+from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
+from errands.contracts.events import TERMINAL, StoredEvent
+from errands.contracts.limits import SIDE_TIMEOUT_SECONDS
+from errands.contracts.messages import StoredMessage
+from errands.contracts.workflows import (
+    AnswerReceipt,
+    MessageReceipt,
+    SendMessage,
+    SideQuestion,
+    TaskError,
+    TaskResult,
+)
 from errands.errors import (
     AnswerRejected,
     Conflict,
@@ -38,18 +48,7 @@ from errands.errors import (
     TaskNotFound,
     Unavailable,
 )
-from errands.events import TERMINAL, StoredEvent
 from errands.progress import ProgressEvent, Snapshot, Tracker, last_round
-from errands.side_questions import SIDE_TIMEOUT_SECONDS
-from errands.workflow_io import (
-    AnswerReceipt,
-    MessageReceipt,
-    SendMessage,
-    SideQuestion,
-    TaskError,
-    TaskResult,
-)
-from workflows import _search as search
 
 if TYPE_CHECKING:
     from errands.client._client import Client
@@ -180,8 +179,8 @@ class TaskHandle:
     async def events(
         self, *, after: int = 0, follow: bool = True, interval: float = 0.2
     ) -> AsyncGenerator[StoredEvent, None]:
-        """The task's event log (``errands.events``) from ``seq > after``, in order, each event
-        once; with ``follow``, then live until the task's last event (``replied``, ``failed``
+        """The task's event log (``errands.contracts.events``) from ``seq > after``, in order, each
+        event once; with ``follow``, then live until the task's last event (``replied``, ``failed``
         or ``canceled``). Reading adds nothing to the task's history. A task that ended
         without a last event in its log (one from before the log) ends the iteration once its
         events are read."""
@@ -297,7 +296,7 @@ class TaskHandle:
         """Let the tool call waiting for approval run; ``always``: every later call of that
         tool in the session too (tools whose approval is ``ask``). ``approval_id``: refuse
         unless that call is the one waiting."""
-        decision: Decision = "approve_always" if always else "approve"
+        decision: ApprovalChoice = "approve_always" if always else "approve"
         return await self._answer_approval(decision, None, approval_id)
 
     async def deny(
@@ -307,7 +306,7 @@ class TaskHandle:
         return await self._answer_approval("deny", reason, approval_id)
 
     async def _answer_approval(
-        self, decision: Decision, reason: str | None, approval_id: str | None
+        self, decision: ApprovalChoice, reason: str | None, approval_id: str | None
     ) -> ApprovalReceipt:
         description = await self._running("there is no tool call to approve")
         pending = await self._query(description, "pending_approval")

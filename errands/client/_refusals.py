@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from errands.contracts.workflows import TaskStatusName
 from errands.errors import (
     Conflict,
     FailureKind,
@@ -22,7 +23,6 @@ from errands.errors import (
     TemporalUnreachable,
     failure_kind,
 )
-from errands.workflow_io import TaskStatusName
 
 
 def refusal(error: RPCError, task_id: str, namespace: str) -> Exception:

@@ -18,8 +18,9 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from fastapi.staticfiles import StaticFiles
 
 from errands.client import Client, TaskHandle
+from errands.contracts.events import StoredEvent
+from errands.contracts.workflows import MessageReceipt, TaskResult
 from errands.errors import InvalidRequest
-from errands.events import StoredEvent
 from errands.gateway._auth import BearerGuard
 from errands.gateway._errors import install_handlers
 from errands.gateway._models import (
@@ -44,7 +45,6 @@ from errands.gateway._models import (
 )
 from errands.gateway._progress import ProgressHub
 from errands.progress import ProgressEvent
-from errands.workflow_io import MessageReceipt, TaskResult
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0

@@ -7,10 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from errands.contracts import ModelUsage
-from errands.validation import MAX_TEXT, check_task_text
-from errands.validation import SESSION_PATTERN as SESSION_PATTERN  # the paths' patterns, for _app
-from errands.validation import TASK_PATTERN as TASK_PATTERN
+from errands.agent.validation import MAX_TEXT, check_task_text
+from errands.agent.validation import (
+    SESSION_PATTERN as SESSION_PATTERN,  # the paths' patterns, for _app
+)
+from errands.agent.validation import TASK_PATTERN as TASK_PATTERN
+from errands.contracts.messages import ModelUsage
 
 
 class _Request(BaseModel):

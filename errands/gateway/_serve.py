@@ -12,14 +12,14 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from errands.adapters.devserver import port_open
+from errands.adapters.store import open_store
+from errands.adapters.telemetry import configure_logging
 from errands.client import Client, connect
-from errands.devserver import port_open
 from errands.errors import ConfigError
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
 from errands.settings import Settings
-from errands.store import open_store
-from errands.telemetry import configure_logging
 
 log = logging.getLogger("errands.gateway")
 

@@ -1,0 +1,352 @@
+"""A client for one MCP server: ``list_tools`` and ``call_tool``, through the official SDK.
+
+Each call opens its own session (connect, initialize, one request, close) and keeps nothing
+between calls, so any worker can run any call, and a crashed server costs one call rather than a
+broken connection.
+
+Failures fall in two groups:
+
+- the server cannot be reached or does not answer (a stdio program that will not start or exits,
+  a refused connection, an HTTP error status, the timeout): ``ConnectionError`` or
+  ``TimeoutError`` (the builtins), whose message names the server and what to check;
+- the server answers the call with a failure (the tool's own error result, or a JSON-RPC error
+  such as an unknown tool or invalid arguments): a ``ToolOutcome`` with ``is_error=True`` and the
+  server's text, for the model to read and repair.
+
+This module imports nothing from Temporal: activities call it. Importing it imports the SDK
+(about a second): only code that talks to a server should.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from errands.adapters.mcp.config import (
+    IDEMPOTENCY_META_KEY,
+    SETTING,
+    McpServerConfig,
+    McpTool,
+    ToolOutcome,
+)
+
+_CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
+T = TypeVar("T")
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def tool_outcome(result: types.CallToolResult) -> ToolOutcome:
+    """The ``ToolOutcome`` of a ``tools/call`` result.
+
+    Text blocks (and embedded text resources) are joined with newlines; images, audio, links
+    and binary resources become a one-line summary such as ``[image: image/png, 1234 bytes]``.
+    With no text at all, the structured content, as JSON, comes first.
+    """
+    parts = [_describe(block) for block in result.content]
+    has_text = any(isinstance(block, types.TextContent) for block in result.content)
+    if not has_text and result.structured_content is not None:
+        parts.insert(0, json.dumps(result.structured_content, ensure_ascii=False))
+    return ToolOutcome(text="\n".join(parts), is_error=result.is_error)
+
+
+def _describe(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return f"[{block.type}: {block.mime_type}, {_base64_size(block.data)} bytes]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource link: {block.name}, {block.uri}]"
+    resource = block.resource
+    if isinstance(resource, types.TextResourceContents):
+        return resource.text
+    mime = resource.mime_type or "application/octet-stream"
+    return f"[resource: {resource.uri}, {mime}, {_base64_size(resource.blob)} bytes]"
+
+
+def _base64_size(data: str) -> int:
+    """The decoded size of base64 text, without decoding it."""
+    data = "".join(data.split())
+    return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+
+async def list_tools(
+    config: McpServerConfig, *, timeout: float, server: str | None = None
+) -> list[McpTool]:
+    """The server's tools that ``config.tools`` allows, in the server's order, every page of them.
+
+    ``timeout`` bounds the whole exchange (callers usually pass ``config.timeout_seconds``);
+    ``server`` names the server in error messages. Raises ``ConnectionError`` or ``TimeoutError``
+    when the server cannot be reached or does not answer.
+    """
+
+    async def every_page(session: ClientSession, exchange: _Exchange) -> list[types.Tool]:
+        found: list[types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+            page = await session.list_tools(params=params)
+            found.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None or cursor in seen:  # a repeated cursor would never end
+                return found
+            seen.add(cursor)
+
+    listed = await _exchange(config, server, timeout, every_page)
+    return [
+        McpTool(name=tool.name, description=tool.description or "", input_schema=tool.input_schema)
+        for tool in listed
+        if config.tools is None or tool.name in config.tools
+    ]
+
+
+async def call_tool(
+    config: McpServerConfig,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    idempotency_key: str,
+    timeout: float,
+    server: str | None = None,
+) -> ToolOutcome:
+    """Call the server-side tool ``tool`` with ``arguments``.
+
+    The request's ``_meta`` carries ``{"errands/idempotency_key": idempotency_key}``, so a server
+    can recognise a call errands retries. A tool ``config.tools`` does not allow is refused
+    without contacting the server. The tool's error result and a JSON-RPC error in answer to the
+    call come back as ``ToolOutcome(is_error=True)``; ``ConnectionError`` or ``TimeoutError``
+    when the server cannot be reached or does not answer within ``timeout``.
+    """
+    if config.tools is not None and tool not in config.tools:
+        allowed = ", ".join(config.tools) or "none"
+        return ToolOutcome(
+            text=f"no tool {tool!r} on this server; the tools are: {allowed}", is_error=True
+        )
+    meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
+
+    async def call(session: ClientSession, exchange: _Exchange) -> ToolOutcome:
+        try:
+            result = await session.call_tool(tool, arguments, meta=meta, allow_input_required=True)
+        except MCPError as error:
+            if not _answers_the_call(error, exchange):
+                raise  # the transport failed, not the call: _exchange names the cause
+            return ToolOutcome(text=f"{error.message} (MCP error {error.code})", is_error=True)
+        except RuntimeError as error:  # the SDK's check of the result against the output schema
+            return ToolOutcome(text=str(error), is_error=True)
+        if isinstance(result, types.InputRequiredResult):
+            return ToolOutcome(
+                text="the tool asked for more input (elicitation), which errands cannot give",
+                is_error=True,
+            )
+        return tool_outcome(result)
+
+    return await _exchange(config, server, timeout, call)
+
+
+def _answers_the_call(error: MCPError, exchange: _Exchange) -> bool:
+    """Whether a JSON-RPC error is the server's answer to the call, not a failed transport.
+
+    The SDK makes up errors of its own when the connection closes (-32000), the request times out
+    (-32001) or an HTTP POST gets an error status (a generic -32603, see ``_Exchange``). Invalid
+    params (-32602, an unknown tool among them) is the server's answer even at an HTTP 400, where
+    a server may send it.
+    """
+    if error.code == types.INVALID_PARAMS:
+        return True
+    return exchange.http_status is None and error.code not in (
+        types.CONNECTION_CLOSED,
+        types.REQUEST_TIMEOUT,
+    )
+
+
+@dataclass
+class _Exchange:
+    """One session's bookkeeping: the server's label for messages, and the last HTTP refusal.
+
+    The SDK turns a POST answered with an HTTP error status into a generic JSON-RPC error
+    ("Server returned an error response"); the status, recorded here by an httpx event hook, is
+    what tells the operator to check a token or a URL.
+    """
+
+    label: str
+    http_status: int | None = None
+    """The status of the last POST, when it was an error (400 or above)."""
+    failure: ConnectionError | None = None
+    """A failure raised inside the session, already worded."""
+
+    async def record(self, response: httpx2.Response) -> None:
+        if response.request.method == "POST":
+            status = response.status_code
+            self.http_status = status if status >= 400 else None
+
+
+async def _exchange(
+    config: McpServerConfig,
+    server: str | None,
+    timeout: float,
+    action: Callable[[ClientSession, _Exchange], Awaitable[T]],
+) -> T:
+    """Open a session, run ``action`` on it, close it; transport failures become the builtins."""
+    exchange = _Exchange(label=_label(config, server))
+    try:
+        with anyio.fail_after(timeout):
+            async with _session(config, exchange, timeout) as session:
+                return await action(session, exchange)
+    except TimeoutError as error:
+        raise _timed_out(exchange, timeout) from error
+    except Exception as error:
+        failure = next(
+            (found for leaf in _leaves(error) if (found := _failure(leaf, exchange, timeout))),
+            None,
+        )
+        if failure is None:
+            raise
+        raise failure from error
+
+
+@asynccontextmanager
+async def _session(
+    config: McpServerConfig, exchange: _Exchange, timeout: float
+) -> AsyncIterator[ClientSession]:
+    """An initialized session over the transport ``config`` names."""
+    async with _streams(config, exchange, timeout) as (read, write):
+        async with ClientSession(read, write, client_info=_CLIENT_INFO) as session:
+            try:
+                await session.initialize()
+            except RuntimeError as error:  # e.g. no protocol version in common
+                exchange.failure = ConnectionError(f"{exchange.label} cannot be used: {error}")
+                raise exchange.failure from error
+            yield session
+
+
+@asynccontextmanager
+async def _streams(
+    config: McpServerConfig, exchange: _Exchange, timeout: float
+) -> AsyncIterator[Any]:
+    """The read and write streams of a stdio or Streamable HTTP transport."""
+    if config.command is not None:
+        program, *arguments = config.command
+        parameters = StdioServerParameters(
+            command=program, args=arguments, env=config.env or None, cwd=config.cwd
+        )
+        async with stdio_client(parameters) as streams:
+            yield streams
+        return
+    assert config.url is not None
+    http = httpx2.AsyncClient(
+        headers=config.headers,
+        timeout=httpx2.Timeout(timeout),
+        event_hooks={"response": [exchange.record]},
+    )
+    async with http, streamable_http_client(config.url, http_client=http) as streams:
+        yield streams
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside (nested) exception groups: the SDK's task groups wrap every error."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+def _failure(
+    error: BaseException, exchange: _Exchange, timeout: float
+) -> ConnectionError | TimeoutError | None:
+    """The builtin a transport failure becomes, or ``None`` for an error that is no such failure."""
+    label = exchange.label
+    if error is exchange.failure:
+        return exchange.failure
+    if isinstance(error, TimeoutError | httpx2.TimeoutException):
+        return _timed_out(exchange, timeout)
+    if isinstance(error, MCPError):
+        return _mcp_failure(error, exchange, timeout)
+    if isinstance(error, httpx2.TransportError):
+        return ConnectionError(
+            f"cannot reach {label}: {str(error) or type(error).__name__}; check that the server is "
+            f"running and that its url in {SETTING} is right"
+        )
+    if isinstance(error, OSError):
+        return ConnectionError(
+            f"cannot start {label}: {error}; check its command, cwd and env in {SETTING}"
+        )
+    if isinstance(error, anyio.BrokenResourceError | anyio.ClosedResourceError | anyio.EndOfStream):
+        return ConnectionError(f"{label} closed the connection; check the server's logs")
+    if isinstance(error, ValidationError):
+        return ConnectionError(
+            f"{label} answered with something that is not MCP; check that it is an MCP server"
+        )
+    return None
+
+
+def _mcp_failure(
+    error: MCPError, exchange: _Exchange, timeout: float
+) -> ConnectionError | TimeoutError:
+    label = exchange.label
+    status = exchange.http_status
+    if status in (401, 403):
+        return ConnectionError(
+            f"{label} refused the request with HTTP {status}; check the credentials in its "
+            f"headers in {SETTING}"
+        )
+    if status == 404:
+        return ConnectionError(f"{label} answered HTTP 404; check the path of its url in {SETTING}")
+    if status is not None:
+        return ConnectionError(
+            f"{label} answered HTTP {status}; check that the server is healthy (its logs)"
+        )
+    if error.code == types.REQUEST_TIMEOUT:
+        return _timed_out(exchange, timeout)
+    if error.code == types.CONNECTION_CLOSED:
+        return ConnectionError(
+            f"{label} closed the connection; check that it is an MCP server that stays up "
+            "(for a command: its output on stderr)"
+        )
+    return ConnectionError(
+        f"{label} answered with an error: {error.message} (MCP error {error.code})"
+    )
+
+
+def _timed_out(exchange: _Exchange, timeout: float) -> TimeoutError:
+    return TimeoutError(
+        f"{exchange.label} did not answer within {timeout:g} s; check that it is up and not "
+        f"overloaded, or give it longer with timeout_seconds in {SETTING}"
+    )
+
+
+def _label(config: McpServerConfig, server: str | None) -> str:
+    """How messages name the server: its name and where it is, without secrets.
+
+    A URL loses its user info, query and fragment; a command shows only its program, since
+    arguments can carry credentials (a database URL, a token).
+    """
+    if config.url is not None:
+        parts = urlsplit(config.url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        port = f":{parts.port}" if parts.port else ""
+        where = f"{parts.scheme}://{host}{port}{parts.path}"
+    else:
+        assert config.command is not None
+        where = f"command {config.command[0]!r}"
+    return f"MCP server {server!r} ({where})" if server else f"MCP server ({where})"

@@ -1,0 +1,282 @@
+"""The session store on a SQLite file: the one-machine default.
+
+Every write runs in ``BEGIN IMMEDIATE``, which takes the database's single write lock up front,
+so reading ``MAX(seq)`` and inserting ``MAX(seq) + 1`` cannot interleave with another writer, in
+this process or another one. WAL mode lets readers proceed while a writer holds that lock, and
+the busy timeout makes a second writer wait for it instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from errands.adapters.store._migrations import migrate_sqlite
+from errands.adapters.store._pool import Pool
+from errands.contracts.events import NewEvent, StoredEvent
+from errands.contracts.messages import NewMessage, StoredMessage
+
+_COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
+_EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
+_POOL_SIZE = 4
+_BUSY_TIMEOUT_S = 60.0
+
+
+class SqliteStore:
+    """A :class:`~errands.adapters.store.SessionStore` on one SQLite file (WAL mode)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._pool: Pool[sqlite3.Connection] = Pool(
+            self._connect,
+            size=_POOL_SIZE,
+            reusable=lambda conn: not conn.in_transaction,
+            close=lambda conn: conn.close(),
+            name=str(path),
+        )
+        try:
+            with self._pool.connection() as conn:
+                _enable_wal(conn)
+                self.schema_version = migrate_sqlite(conn, str(path))
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions, every BEGIN below is ours.
+        # check_same_thread=False: the pool hands a connection to one thread at a time.
+        conn = sqlite3.connect(
+            self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
+        with self._pool.connection() as conn:
+            # Retried activities mostly find their row already there: answer without the lock.
+            existing = _select_one(conn, message.id)
+        if existing is not None:
+            return existing
+        with self._write() as conn:
+            existing = _select_one(conn, message.id)
+            if existing is not None:
+                return existing
+            rows = conn.execute(
+                f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),"
+                f" ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}",
+                (
+                    message.id,
+                    message.session_id,
+                    message.session_id,
+                    message.role,
+                    message.kind,
+                    message.text,
+                    message.task_id,
+                    message.round,
+                    _dump(message.meta),
+                    _now(),
+                ),
+            ).fetchall()
+            _insert_events(conn, events)
+            return _to_message(rows[0])
+
+    def get(self, message_id: str) -> StoredMessage | None:
+        with self._pool.connection() as conn:
+            return _select_one(conn, message_id)
+
+    def list_session(
+        self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
+    ) -> list[StoredMessage]:
+        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ?"
+        params: list[Any] = [session_id, after_seq]
+        if upto_seq is not None:
+            query += " AND seq <= ?"
+            params.append(upto_seq)
+        with self._pool.connection() as conn:
+            rows = conn.execute(query + " ORDER BY seq", params).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND kind = ? ORDER BY seq",
+                (session_id, kind),
+            ).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
+        # Not LIKE: SQLite's LIKE ignores ASCII case and ids may hold its wildcards `_` and `%`.
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM messages"
+                " WHERE session_id = ? AND substr(id, 1, length(?)) = ? ORDER BY seq",
+                (session_id, id_prefix, id_prefix),
+            ).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def last_seq(self, session_id: str) -> int:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def put_decision(self, session_id: str, decision_id: str, record: dict[str, Any]) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO decisions (session_id, decision_id, record, updated_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (session_id, decision_id)"
+                " DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
+                (session_id, decision_id, _dump(record), _now()),
+            )
+
+    def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT decision_id, record FROM decisions WHERE session_id = ?"
+                " ORDER BY decision_id",
+                (session_id,),
+            ).fetchall()
+        return {row["decision_id"]: json.loads(row["record"]) for row in rows}
+
+    def append_event(self, event: NewEvent) -> StoredEvent:
+        with self._pool.connection() as conn:
+            existing = _select_event(conn, event.task_id, event.key)
+        if existing is not None:
+            return existing
+        with self._write() as conn:
+            existing = _select_event(conn, event.task_id, event.key)
+            if existing is not None:
+                return existing
+            rows = conn.execute(
+                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
+                f" ?, ?, ?, ?, ?) RETURNING {_EVENT_COLUMNS}",
+                (
+                    event.task_id,
+                    event.task_id,
+                    event.key,
+                    event.type,
+                    event.cause,
+                    _dump(event.data),
+                    _now(),
+                ),
+            ).fetchall()
+            return _to_event(rows[0])
+
+    def append_events(self, events: Sequence[NewEvent]) -> None:
+        if events:
+            with self._write() as conn:
+                _insert_events(conn, events)
+
+    def list_events(
+        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[StoredEvent]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (task_id, after_seq, limit),
+            ).fetchall()
+        return [_to_event(row) for row in rows]
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL, once: the mode is a property of the file, not the connection.
+
+    Changing the mode needs the file to itself, and SQLite answers a concurrent opener with an
+    immediate SQLITE_BUSY instead of calling the busy handler, so wait here ourselves.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if err.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _select_one(conn: sqlite3.Connection, message_id: str) -> StoredMessage | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return None if row is None else _to_message(row)
+
+
+def _to_message(row: sqlite3.Row) -> StoredMessage:
+    fields = dict(row)
+    fields["meta"] = json.loads(fields["meta"])
+    return StoredMessage.model_validate(fields)
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
+    """Each event at its task's next seq, unless its key is taken (inside a write)."""
+    for event in events:
+        conn.execute(
+            f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
+            " ?, ?, ?, ?, ?) ON CONFLICT (task_id, key) DO NOTHING",
+            (
+                event.task_id,
+                event.task_id,
+                event.key,
+                event.type,
+                event.cause,
+                _dump(event.data),
+                _now(),
+            ),
+        )
+
+
+def _select_event(conn: sqlite3.Connection, task_id: str, key: str) -> StoredEvent | None:
+    row = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND key = ?", (task_id, key)
+    ).fetchone()
+    return None if row is None else _to_event(row)
+
+
+def _to_event(row: sqlite3.Row) -> StoredEvent:
+    fields = dict(row)
+    fields["data"] = json.loads(fields["data"])
+    return StoredEvent.model_validate(fields)
+
+
+def _dump(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,0 +1,316 @@
+"""Inputs and outputs of the activities: ids, positions and small decisions, never a transcript."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from errands.contracts.approvals import ApprovalNeed
+from errands.contracts.limits import (
+    HEARTBEAT_TIMEOUT_SECONDS,
+    SIDE_TIMEOUT_SECONDS,
+    TOOL_MAX_ATTEMPTS,
+    TOOL_TIMEOUT_SECONDS,
+)
+from errands.contracts.messages import (
+    AdvisorResult,
+    Message,
+    ModelResponse,
+    ModelUsage,
+    ToolCall,
+    Usage,
+)
+from errands.contracts.subtasks import SubtaskDraft, SubtaskTypeInfo
+
+
+class PrepareRoundInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+
+
+class BranchOutcome(BaseModel):
+    ordinal: int
+    type: str
+    status: str
+    error: str | None = None
+
+
+class RoundState(BaseModel):
+    """What the store already holds for a round: the basis of recovery without inference."""
+
+    upto_seq: int
+    """The session position this round renders up to."""
+    reply: str | None = None
+    """The task's stored reply, if a previous attempt already wrote it."""
+    join_reason: str | None = None
+    """Set when that reply is a deterministic join: why no model could answer."""
+    ack: str | None = None
+    ack_subtasks: list[SubtaskDraft] = Field(default_factory=list)
+    ack_upto_seq: int | None = None
+    branches: list[BranchOutcome] = Field(default_factory=list)
+
+
+class OpenTaskInput(BaseModel):
+    task_id: str
+    session_id: str
+    text: str
+    prepare_first_round: bool = False
+    """Also read what the store holds for round 0, in the same visit. Tasks started before
+    this existed prepare their first round with a store call of its own."""
+
+
+class OpenTaskOutput(BaseModel):
+    types: list[SubtaskTypeInfo]
+    """The installed subtask types, recorded once so a replay validates against the same set."""
+    first_round: RoundState | None = None
+    """Round 0's state, when asked for: what ``prepare_round`` would have answered next."""
+
+
+class RoundView(BaseModel):
+    """What a round's request rendered of its session: the compaction summary it started from
+    (None: no summary) and which bulky outputs it showed as previews (``errands.agent.reading``).
+    Pinned on the round, so its side questions, its advisor and its branches' citations
+    render exactly what its model saw, whatever summaries come later."""
+
+    summary_id: str | None = None
+    previews: int = 0
+
+
+class RoundStepInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    upto_seq: int
+    slot: str
+    model: str
+    step: int = 0
+    """The task's step count once this step is charged (1, 2, …): names its events."""
+    delivers: list[str] = Field(default_factory=list)
+    """Messages of the user this step is the first to show the model (their ids)."""
+    final_reason: str | None = None
+    """Set on a final round: only ``final_reply`` is offered, and the instructions say why."""
+    work_tools: bool = True
+    """Offer the tools that need a step after them: ``ask_user`` and the work tools."""
+    advisor: bool = True
+    """Offer the ``advisor`` work tool (with ``work_tools``)."""
+    extra: list[Message] = Field(default_factory=list)
+    """This slot's own messages after the rendered session (repairs, work-tool exchanges)."""
+    max_subtasks: int = 8
+    max_output_tokens: int = 4096
+    view: RoundView | None = None
+    """Set once the step ran: render exactly this view (None: fit the request afresh)."""
+
+
+class RoundStepOutput(BaseModel):
+    response: ModelResponse
+    catalog_size: int
+    attempt: int
+    """The activity attempt that succeeded; earlier attempts were failed calls."""
+    compaction: ModelUsage | None = None
+    """The summary calls this attempt made to fit the request (the ledger's ``compaction``)."""
+    view: RoundView | None = None
+    """What the request rendered, to pin on the round."""
+    work_tools: list[str] = Field(default_factory=list)
+    """The work tools beyond the built-ins the step offered (the main agent's Python tools and
+    MCP's ``mcp__server__tool``): a call to one is run by ``run_round_tool``."""
+    approvals: list[ApprovalNeed] = Field(default_factory=list)
+    """The step's MCP calls that wait for the user before they run."""
+
+
+class AppendAckInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    upto_seq: int
+    reply: str
+    subtasks: list[SubtaskDraft]
+    thread_ids: list[str] = Field(default_factory=list)
+    """The subtasks' thread ids, in order: their threads are opened with the acknowledgement."""
+    view: RoundView | None = None
+    """The delegating step's view, against which the subtasks' references are resolved."""
+
+
+class AppendMessageInput(BaseModel):
+    """A message the user sent into the running task, appended to the session once."""
+
+    task_id: str
+    session_id: str
+    message_id: str
+    text: str
+    mode: str
+
+
+class AppendReplyInput(BaseModel):
+    task_id: str
+    session_id: str
+    text: str
+
+
+class SessionRef(BaseModel):
+    session_id: str
+
+
+class ReadMessageInput(BaseModel):
+    """A round's ``read_message`` call: the page it asks for is stored under ``result_id`` and
+    reaches the next step by reference (``Message.stored``), never through history."""
+
+    session_id: str
+    task_id: str
+    arguments: str
+    result_id: str
+
+
+class RememberInput(BaseModel):
+    session_id: str
+    decision_id: str
+    record: dict[str, Any]
+
+
+class RememberApprovalInput(BaseModel):
+    """The user approved every call of ``tool`` in the session (``approve_always``)."""
+
+    session_id: str
+    tool: str
+
+
+class JoinInput(BaseModel):
+    task_id: str
+    session_id: str
+    reason: str = ""
+    """Why no model could answer; kept with the reply so a recovered task still says so."""
+
+
+class RecordBranchInput(BaseModel):
+    task_id: str
+    session_id: str
+    round: int
+    ordinal: int
+    thread_id: str
+    draft: SubtaskDraft
+    status: str
+    error: str | None = None
+    """For a failed branch: the reason the main model reads."""
+
+
+class OpenBranchInput(BaseModel):
+    thread_id: str
+    task_id: str
+    session_id: str
+    catalog_upto_seq: int
+    prompt: str
+    references: list[int] = Field(default_factory=list)
+    view: RoundView | None = None
+    """The delegating step's view (None: the latest summary up to ``catalog_upto_seq``)."""
+
+
+class BranchStepInput(BaseModel):
+    thread_id: str
+    step: int
+    task_id: str = ""
+    """The branch's task, whose pinned MCP tool list the step offers (none when empty)."""
+    session_id: str = ""
+    """The task's session, whose approve-always choices the step's calls are checked against."""
+    model: str
+    subtask_type: str
+    last_step: bool
+    max_output_tokens: int = 4096
+    open: OpenBranchInput | None = None
+    """Open the branch's thread first (its first step)."""
+    record: RecordBranchInput | None = None
+    """Write the branch's row when this step ends the branch (no tool calls)."""
+
+
+class BranchStepOutput(BaseModel):
+    tool_calls: int
+    text_chars: int
+    usage: Usage
+    model: str
+    attempt: int = 1
+    replayed: bool = False
+    """True when the step was already stored: no model call was made."""
+    compaction: ModelUsage | None = None
+    """The summary calls this attempt made to fit the thread (the ledger's ``compaction``)."""
+    approvals: list[ApprovalNeed] = Field(default_factory=list)
+    """The step's tool calls that wait for the user before they run."""
+
+
+class RunToolInput(BaseModel):
+    thread_id: str
+    step: int
+    call_index: int
+    subtask_type: str
+    task_id: str = ""
+    timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    """How long the tool itself may run; the activity's start-to-close is a little longer."""
+    max_attempts: int = TOOL_MAX_ATTEMPTS
+    """The activity's attempts: the last one turns an unreachable server into an error result."""
+    verdict: str | None = None
+    """Set when the call must not run (denied, not approved in time, cancelled): this text is
+    stored as its error result instead."""
+    approved: bool = False
+    """The user approved this call (it waited for approval)."""
+
+
+class RunRoundToolInput(BaseModel):
+    """One call of the main agent to a Python or MCP tool; its result is stored under
+    ``result_id``."""
+
+    task_id: str
+    result_id: str
+    call: ToolCall
+    timeout_seconds: float = TOOL_TIMEOUT_SECONDS
+    max_attempts: int = TOOL_MAX_ATTEMPTS
+    verdict: str | None = None
+    """As ``RunToolInput.verdict``."""
+    approved: bool = False
+    """As ``RunToolInput.approved``."""
+
+
+class RunToolOutput(BaseModel):
+    ok: bool
+    chars: int
+
+
+class AdvisorInput(BaseModel):
+    round: RoundStepInput
+    """The round step that called ``advisor``: its request is the advisor's context."""
+    question: str
+    model: str
+    uses: int
+    """Successful consultations so far in this task."""
+    limit: int
+
+
+class AdvisorOutput(BaseModel):
+    result: AdvisorResult
+    usage: Usage
+    model: str
+    attempt: int = 1
+
+
+class SideQuestionInput(BaseModel):
+    task_id: str
+    question: str
+    model: str
+    """The side-question model; the preferred path needs it to be the round's model."""
+    round: RoundStepInput | None = None
+    """The task's latest round request, or None when no round has run yet."""
+    session_id: str
+    timeout_seconds: float = SIDE_TIMEOUT_SECONDS
+    """The time each path gets (the preferred call, then the fallback, each its own activity)."""
+    heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
+    model_task_queue: str | None = None
+    """As ``RoundSettings.model_task_queue``; None: the workflow's own queue."""
+    path: Literal["both", "preferred", "fallback"] = "both"
+    """Which path this activity runs: ``both`` in one activity (runs from before the paths had
+    an activity each), or only one of them."""
+
+
+class SideAnswer(BaseModel):
+    answer: str
+    """Empty only from a ``path="preferred"`` activity that got no answer: the fallback follows."""
+    path: Literal["preferred", "fallback"]
+    model: str
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)
