@@ -23,6 +23,8 @@ TYPES = [
     "tool_approved",
     "tool_denied",
     "tool_finished",
+    "approval_requested",
+    "approval_answered",
     "question_asked",
     "question_answered",
     "side_question_asked",

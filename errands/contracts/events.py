@@ -32,6 +32,8 @@ EventType = Literal[
     "tool_approved",
     "tool_denied",
     "tool_finished",
+    "approval_requested",
+    "approval_answered",
     "question_asked",
     "question_answered",
     "side_question_asked",
@@ -43,6 +45,9 @@ EventType = Literal[
     "failed",
     "canceled",
 ]
+
+ApprovalOutcome = Literal["approve", "approve_always", "deny", "timed_out", "headless", "cancelled"]
+"""What became of a call that waited for approval (``approval_answered``'s ``decision``)."""
 
 TERMINAL: frozenset[str] = frozenset({"replied", "failed", "canceled"})
 """The types that end a task's log."""
@@ -96,6 +101,20 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "tool": "as tool_requested",
         "is_error": "whether the result is an error",
         "chars": "the result's length (the text is in the store)",
+    },
+    "approval_requested": {
+        "approval_id": "its id (errands approve/deny take it)",
+        "tool": "the name the model called",
+        "arguments": "the preview the pending approval shows (cut to 2,000 characters)",
+        "why": "the agent's own words in the step that made the call, if any",
+        "where": '"main" for the main agent, else the branch ("round 0 · subtask 2")',
+        "can_approve_always": "whether approve_always may answer it (false for policy always)",
+        "expires_at": "when the call stops waiting (ISO 8601, UTC)",
+    },
+    "approval_answered": {
+        "approval_id": "as approval_requested",
+        "decision": "approve, approve_always, deny, timed_out, headless or cancelled",
+        "reason": "why the user denied it (null otherwise)",
     },
     "question_asked": {"round": _ROUND, "question_set_id": "its id", "headers": "one per question"},
     "question_answered": {"round": _ROUND, "question_set_id": "its id", "status": "how"},
@@ -186,7 +205,8 @@ def render_schema() -> str:
     lines = [
         "# The event log",
         "",
-        "<!-- generated from errands/events.py (EVENT_FIELDS); tests/test_events.py checks it -->",
+        "<!-- generated from errands/contracts/events.py (EVENT_FIELDS);"
+        " tests/test_events.py checks it -->",
         "",
         "Every event of a task, in order, written by activities to the session store (never to",
         "Temporal history). Each event has `seq` (per task, from 1, no gaps), `type`, `task_id`,",
