@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 
+from errands.agent.reading import cap_text
 from errands.contracts.messages import AdvisorResult, Message, ModelRequest, Role, ToolSpec
 
 ADVISOR_TOOL = "advisor"
@@ -38,7 +39,6 @@ ADVISOR_TAIL_MAX = 20
 QUESTION_MAX_CHARS = 2_000
 DEFAULT_USE_LIMIT = 3
 
-TRUNCATION_MARK = " […truncated]"
 
 DEFAULT_QUESTION = (
     "Give the agent concise strategic guidance: is its current approach sound, what should it do "
@@ -105,13 +105,6 @@ def normalize_question(question: str) -> str:
     """Trimmed, blank replaced by ``DEFAULT_QUESTION``, capped at ``QUESTION_MAX_CHARS``."""
     text = question.strip() or DEFAULT_QUESTION
     return cap_text(text, QUESTION_MAX_CHARS)
-
-
-def cap_text(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, the cut marked so the reader knows."""
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - len(TRUNCATION_MARK))] + TRUNCATION_MARK
 
 
 def json_size(message: Message) -> int:

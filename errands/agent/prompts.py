@@ -9,8 +9,6 @@ from errands.agent.subtask_types import SubtaskType
 if TYPE_CHECKING:
     from errands.agent.catalog import CatalogEntry
 
-FinalReason = str
-
 
 def round_instructions(
     types: list[SubtaskType], max_subtasks: int, *, delegable: bool, final_reason: str | None

@@ -94,3 +94,13 @@ def read_page(row: StoredMessage | None, ref: int, page: int) -> tuple[str, bool
         f"{len(row.text):,}{more})\n"
     )
     return head + text, False
+
+
+TRUNCATION_MARK = " […truncated]"
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, the cut marked so the reader knows."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - len(TRUNCATION_MARK))] + TRUNCATION_MARK

@@ -15,6 +15,7 @@ questions live elsewhere. Two paths:
 
 from __future__ import annotations
 
+from errands.agent.reading import cap_text
 from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolChoice
 
 MAX_SIDE_ITERATIONS = 3
@@ -30,7 +31,6 @@ SIDE_TOOL_CHOICE: ToolChoice = "none"
 so ask for no calls outright. The tools list itself stays identical (cache parity), and the
 refusal loop remains for models that call tools regardless."""
 
-TRUNCATION_MARK = " […truncated]"
 EMPTY_CONVERSATION = "(The conversation has no messages yet.)"
 
 REFUSED_TOOL_TEXT = (
@@ -159,13 +159,6 @@ def refusal_messages(text: str, calls: list[ToolCall]) -> list[Message]:
     ]
 
 
-def cap_text(text: str, limit: int = MESSAGE_MAX_CHARS) -> str:
-    """``text`` cut to at most ``limit`` characters, the cut marked so the reader knows."""
-    if len(text) <= limit:
-        return text
-    return text[: max(0, limit - len(TRUNCATION_MARK))] + TRUNCATION_MARK
-
-
 def _entry(message: Message, tool_outputs: bool) -> str | None:
     """One transcript entry per message; ``None`` for what the transcript leaves out."""
     if message.role == "system":
@@ -174,15 +167,17 @@ def _entry(message: Message, tool_outputs: bool) -> str | None:
     if message.role == "assistant" and message.tool_calls:
         names = ", ".join(call.name for call in message.tool_calls)
         head = f"ASSISTANT [called tools: {names}]"
-        return f"{head}: {cap_text(text)}" if text else head
+        return f"{head}: {cap_text(text, MESSAGE_MAX_CHARS)}" if text else head
     if message.role == "tool":
         if not tool_outputs:
             return "TOOL RESULT: (not shown)"
-        body = cap_text(f"error: {text}" if message.is_error else text or "(no output)")
+        body = cap_text(
+            f"error: {text}" if message.is_error else text or "(no output)", MESSAGE_MAX_CHARS
+        )
         return f"TOOL RESULT: {body}"
     if not text:
         return None
-    return f"{_LABELS[message.role]}: {cap_text(text)}"
+    return f"{_LABELS[message.role]}: {cap_text(text, MESSAGE_MAX_CHARS)}"
 
 
 def _omission_marker(count: int) -> str:
