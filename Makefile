@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck bench chaos install clean llama-server
+.PHONY: demo test lint typecheck bench chaos install clean llama-server census
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench: $(BENCH_STAMP)
 
 chaos: $(STAMP)
 	$(BIN)/python -m chaos
+
+# Module counts and sizes per layer, and what passes the house's limits (tests/test_census.py).
+census: $(STAMP)
+	$(BIN)/python -m tests.census
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
