@@ -1,17 +1,81 @@
-"""Small helpers the end-to-end tests share: starting tasks and reading their histories."""
+"""What the tests share: ``eventually`` (wait for state, never for time), the scripted-reply
+builders (``final``, ``delegate``, ``general``, ``ask``, ``tool``, ``advisor``), starting tasks
+and reading their histories. See tests/README.md."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
+import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from errands.adapters.scripted import Reply
+from errands.adapters.scripted import Call, Reply
 from errands.agent.prompts import SUMMARY_INSTRUCTIONS
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
+
+_T = TypeVar("_T")
+
+
+async def eventually(
+    condition: Callable[[], _T | Awaitable[_T]],
+    what: str = "the condition",
+    *,
+    timeout: float = 60,
+    interval: float = 0.02,
+) -> _T:
+    """Poll ``condition`` (sync or async) until it returns something truthy, and return that;
+    after ``timeout`` seconds fail with ``what`` it waited for. The timeout is a bound on a
+    broken test, never the behaviour under test: keep it generous."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:g} s for {what}; it never came")
+        await asyncio.sleep(interval)
+
+
+# -- scripted replies: what the model answers, in errands' control and work tools ----------------
+
+
+def final(text: str, **reply: Any) -> Reply:
+    """The model ends the round with ``final_reply(text)`` (``reply``: other ``Reply`` fields)."""
+    return Reply(calls=[Call("final_reply", {"text": text})], **reply)
+
+
+def general(prompt: str, *refs: int) -> dict[str, Any]:
+    """A subtask of the built-in ``general`` type, citing catalog entries ``refs``."""
+    return {"type": "general", "prompt": prompt, "references": list(refs)}
+
+
+def delegate(*subtasks: dict[str, Any] | str, reply: str = "On it.", **fields: Any) -> Reply:
+    """The model delegates ``subtasks`` (a plain string is a ``general`` one citing nothing)."""
+    items = [general(s) if isinstance(s, str) else s for s in subtasks]
+    return Reply(calls=[Call("delegate", {"reply": reply, "subtasks": items})], **fields)
+
+
+def ask(*questions: dict[str, Any], **arguments: Any) -> Reply:
+    """The model asks the user ``questions`` with ``ask_user``."""
+    return Reply(calls=[Call("ask_user", {"questions": list(questions), **arguments})])
+
+
+def tool(name: str, /, **arguments: Any) -> Reply:
+    """The model calls the work tool ``name`` with ``arguments``."""
+    return Reply(calls=[Call(name, arguments)])
+
+
+def advisor(question: str) -> Reply:
+    """The model consults the advisor."""
+    return tool("advisor", question=question)
 
 
 def new_ids(prefix: str = "t") -> tuple[str, str]:

@@ -16,8 +16,17 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, Reset, ScriptedModelServer
+from errands.adapters.scripted import (
+    Call,
+    Fail,
+    Gate,
+    RecordedRequest,
+    Reply,
+    Reset,
+    ScriptedModelServer,
+)
 from errands.contracts.messages import Usage
+from tests.helpers import eventually
 
 Server = ScriptedModelServer
 # Typed loosely: the two SDKs want different TypedDicts for the same literal.
@@ -198,8 +207,11 @@ async def test_reset_drops_the_connection_without_an_answer(server: Server, ask)
     assert isinstance(server.requests[0].answered, Reset)
 
 
-async def test_a_delayed_reply_does_not_hold_up_other_requests(server: Server) -> None:
-    server.script("slow", Reply("slow", delay=1.0))
+async def test_a_held_reply_waits_for_its_release_and_does_not_hold_up_other_requests(
+    server: Server,
+) -> None:
+    gate = Gate("slow")
+    server.script("slow", Reply("slow", hold=gate))
     server.script("fast", Reply("fast"))
     finished: list[str] = []
 
@@ -208,11 +220,31 @@ async def test_a_delayed_reply_does_not_hold_up_other_requests(server: Server) -
         finished.append(completion.choices[0].message.content or "")
 
     slow = asyncio.create_task(ask("slow"))
-    await asyncio.sleep(0.1)
+    held = await gate.reached()
     await ask("fast")
+    assert finished == ["fast"] and held.model == "slow"
+    gate.release()
     await slow
 
     assert finished == ["fast", "slow"]
+    assert [gone for _, gone in gate.ended] == [False]
+
+
+async def test_a_held_call_whose_client_gives_up_ends_as_gone(server: Server) -> None:
+    gate = Gate()
+    server.script("gpt-test", Reply("never", hold=gate))
+    asking = asyncio.create_task(ask_openai(server))
+    await gate.reached()
+    asking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asking
+    await eventually(lambda: gate.ended, "the server to see the client go")
+    assert [gone for _, gone in gate.ended] == [True]
+
+
+async def test_a_gate_that_never_fills_fails_naming_itself(server: Server) -> None:
+    with pytest.raises(AssertionError, match="branches: 2 call"):
+        await Gate("branches").reached(2, timeout=0.05)
 
 
 async def test_an_unexpected_call_is_refused_with_400_and_recorded(

@@ -18,6 +18,9 @@ stream starts, as for a plain request.
 
 The server runs its own event loop in a daemon thread, so it works the same from sync test code
 and from inside another asyncio loop; delays are ``asyncio.sleep`` and never block other requests.
+A step with ``hold=Gate()`` waits until the test calls ``gate.release()`` (``await
+gate.reached()`` first, to know the call is in): tests decide an ordering with a gate, never with
+a delay.
 
 The package keeps the script's data (``_steps``), what goes on the wire for each API (``_wire``)
 and the server with its prompt cache (``_server``) apart; import everything from here.
@@ -30,6 +33,7 @@ from errands.adapters.scripted._steps import (
     Api,
     Call,
     Fail,
+    Gate,
     RecordedRequest,
     Reply,
     Reset,
@@ -43,6 +47,7 @@ __all__ = [
     "Api",
     "Call",
     "Fail",
+    "Gate",
     "RecordedRequest",
     "Reply",
     "Reset",

@@ -276,6 +276,8 @@ class ScriptedModelServer:
         recorded.answered = step
         if step.delay:
             await asyncio.sleep(step.delay)
+        if step.hold is not None:
+            await step.hold.wait(recorded)
         if isinstance(step, Fail):
             return _error_response(api, step.status, step.message, step.headers)
         if isinstance(step, Reset):

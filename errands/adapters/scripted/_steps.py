@@ -1,9 +1,13 @@
 """What a script is made of: the steps that answer a request (``Reply`` with its ``Call``s,
-``Fail``, ``Reset``, or a callable that picks one), the responder that answers what the script
-does not, the ``RecordedRequest`` each answer is kept with, and the server's constants."""
+``Fail``, ``Reset``, or a callable that picks one), the ``Gate`` a step can wait at, the
+responder that answers what the script does not, the ``RecordedRequest`` each answer is kept
+with, and the server's constants."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -11,6 +15,63 @@ from typing import Any, Literal
 from errands.contracts.messages import Usage
 
 Api = Literal["openai", "anthropic"]
+
+
+class Gate:
+    """Where a step waits until the test lets it go, so a test decides an ordering by state
+    instead of by a ``delay``: script ``Reply(..., hold=gate)``, ``await gate.reached()`` (the
+    call is in the server, unanswered), do what must happen meanwhile, then ``gate.release()``.
+    One gate can hold several calls (``reached(3)``); once released, it holds none. A held call
+    whose client gives up (a cancelled task, a timeout) ends at once, as a delayed one does.
+
+    Safe across threads: the server answers on its own thread and loop, the test waits on its."""
+
+    def __init__(self, name: str = "gate") -> None:
+        self.name = name
+        self.held: list[RecordedRequest] = []
+        """The calls that reached the gate, in order (released ones too)."""
+        self.ended: list[tuple[float, bool]] = []
+        """For each held call that has ended: when (``time.time()``), and whether it ended
+        because its client went away (``True``) rather than by being released."""
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    async def reached(self, count: int = 1, *, timeout: float = 60) -> RecordedRequest:
+        """Wait until ``count`` calls are held here (the last one is returned); fails naming
+        the gate when they do not come within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if len(self.held) >= count:
+                    return self.held[count - 1]
+                seen = len(self.held)
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{self.name}: {count} call(s) never reached it within {timeout:g} s "
+                    f"({seen} did)"
+                )
+            await asyncio.sleep(0.01)
+
+    def release(self) -> None:
+        """Let every held call go on, and every later one pass without stopping."""
+        self._released.set()
+
+    async def wait(self, recorded: RecordedRequest) -> None:
+        """Run by the server: hold ``recorded`` until released (or its client goes away)."""
+        with self._lock:
+            self.held.append(recorded)
+        gone = True
+        try:
+            while not self._released.is_set():
+                await asyncio.sleep(0.01)
+            gone = False
+        finally:
+            with self._lock:
+                self.ended.append((time.time(), gone))
 
 
 @dataclass
@@ -30,7 +91,10 @@ class Reply:
     finish_reason: str | None = None
     """``None``: ``tool_calls``/``tool_use`` when there are calls, else ``stop``/``end_turn``."""
     delay: float = 0.0
-    """Seconds before the response (streamed: its first event) starts."""
+    """Seconds before the response (streamed: its first event) starts. For a behaviour that
+    takes time (a timeout, a retry-after); to decide an ordering, use ``hold``."""
+    hold: Gate | None = None
+    """Answer only once this gate is released (after ``delay``)."""
     chunk_chars: int = 40
     """Streamed: text and each tool call's arguments go out in pieces of this many characters."""
     chunk_delay: float = 0.0
@@ -53,6 +117,7 @@ class Fail:
     message: str = "scripted failure"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    hold: Gate | None = None
 
 
 @dataclass
@@ -60,6 +125,7 @@ class Reset:
     """Drop the TCP connection with a reset instead of answering."""
 
     delay: float = 0.0
+    hold: Gate | None = None
 
 
 @dataclass
