@@ -10,25 +10,20 @@ from typing import Any
 
 from temporalio.client import Client
 
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+import errands
+from errands.adapters.scripted import Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts import ids
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import keep_history, start_task
+from tests.helpers import delegate, final, keep_history, start_task
 
 MODEL = "openai:gpt-steer"
 
 
 def user_texts(request: RecordedRequest) -> list[str]:
     return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
-
-
-async def until(condition: Any, timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
 
 
 async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_reply_is_dropped(
@@ -40,21 +35,23 @@ async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_r
     cli_env: dict[str, str],
 ) -> None:
     seen: list[RecordedRequest] = []
+    first_call = Gate("the first model call")
 
     def main_agent(request: RecordedRequest) -> Reply:
         seen.append(request)
         if any("also cover cost" in t for t in user_texts(request)):
-            return Reply(calls=[Call("final_reply", {"text": "Plan, with its cost."})])
-        return Reply(calls=[Call("final_reply", {"text": "Plan, no cost."})], delay=3)
+            return final("Plan, with its cost.")
+        return final("Plan, no cost.", hold=first_call)
 
     scripted.script("gpt-steer", main_agent, main_agent)
     handle = await start_task(client, settings.task_queue, "Plan the move.", model=MODEL)
-    await until(lambda: len(seen) == 1)
+    await first_call.reached()
     said = await run_cli(cli_env, "say", handle.id, "also cover cost", "--json")
     assert said.code == 0, said.stderr
     receipt = said.json()
     assert receipt["message_id"] == ids.steer_message_id(handle.id, 1)
     assert receipt["status"] == "accepted"
+    first_call.release()
     result = await asyncio.wait_for(handle.result(), 60)
 
     assert result.reply == "Plan, with its cost."
@@ -80,19 +77,19 @@ async def test_a_queued_message_becomes_the_sessions_next_task(
     worker: Any,
     cli_env: dict[str, str],
 ) -> None:
-    seen: list[RecordedRequest] = []
+    first_call = Gate("the first task's model call")
 
     def main_agent(request: RecordedRequest) -> Reply:
-        seen.append(request)
         asked = user_texts(request)[-1].split("] ", 1)[-1]
-        return Reply(calls=[Call("final_reply", {"text": f"answered: {asked}"})], delay=1)
+        return final(f"answered: {asked}", hold=first_call)
 
     scripted.script("gpt-steer", main_agent, main_agent)
     handle = await start_task(client, settings.task_queue, "First question.", model=MODEL)
-    await until(lambda: len(seen) == 1)
+    await first_call.reached()
     queued = await run_cli(cli_env, "say", handle.id, "Then this one.", "--queue", "--json")
     assert queued.code == 0, queued.stderr
     assert queued.json()["status"] == "queued"
+    first_call.release()
     first = await asyncio.wait_for(handle.result(), 60)
 
     assert first.reply == "answered: First question."
@@ -114,12 +111,67 @@ async def test_a_message_to_a_finished_task_is_refused_with_the_command_to_start
     worker: Any,
     cli_env: dict[str, str],
 ) -> None:
-    scripted.script("gpt-steer", Reply(calls=[Call("final_reply", {"text": "done"})]))
+    scripted.script("gpt-steer", final("done"))
     handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
     result = await asyncio.wait_for(handle.result(), 60)
     refused = await run_cli(cli_env, "say", handle.id, "one more thing")
     assert refused.code == 2
     assert f"errands run --session {result.session_id} TEXT" in refused.stderr
+
+
+async def test_a_message_queued_on_a_finished_task_starts_the_sessions_next_task_at_once(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    worker: Any,
+    cli_env: dict[str, str],
+) -> None:
+    scripted.script("gpt-steer", final("done"), final("the follow-up, done"))
+    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    first = await asyncio.wait_for(handle.result(), 60)
+
+    queued = await run_cli(cli_env, "say", handle.id, "And one more thing.", "--queue", "--json")
+
+    assert queued.code == 0, queued.stderr
+    receipt = queued.json()
+    assert receipt["status"] == "started"
+    assert receipt["task_id"] == ids.queued_after_end_task_id(handle.id)
+    second = await asyncio.wait_for(
+        client.get_workflow_handle(receipt["task_id"], result_type=TaskResult).result(), 60
+    )
+    assert second.session_id == first.session_id
+    assert second.reply == "the follow-up, done"
+    asked = scripted.requests_for("gpt-steer")[1]
+    assert user_texts(asked)[-1].endswith("And one more thing.")
+    texts = [r.text for r in store.list_session(first.session_id)]
+    assert texts.index("And one more thing.") > texts.index("done")
+
+
+async def test_a_second_message_queued_on_a_finished_task_waits_behind_the_first(
+    client: Client,
+    settings: Settings,
+    scripted: ScriptedModelServer,
+    worker: Any,
+) -> None:
+    follow_up = Gate("the first follow-up's model call")
+    scripted.script(
+        "gpt-steer", final("done"), final("first follow-up", hold=follow_up), final("second")
+    )
+    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    await asyncio.wait_for(handle.result(), 60)
+    tasks = errands.Client(client, settings)
+
+    started = await tasks.task(handle.id).say("First follow-up.", mode="queue")
+    await follow_up.reached()
+    behind = await tasks.task(handle.id).say("Second follow-up.", mode="queue")
+    follow_up.release()
+
+    assert started.status == "started" and behind.status == "queued"
+    first = await tasks.task(started.task_id or "").wait()
+    assert first.reply == "first follow-up"
+    assert first.next_task is not None
+    assert (await tasks.task(first.next_task).wait()).reply == "second"
 
 
 async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees_the_message(
@@ -132,24 +184,22 @@ async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees
 ) -> None:
     rounds: list[RecordedRequest] = []
     branches: list[RecordedRequest] = []
+    never = Gate("the branches, cancelled by the interrupt")
 
     def model(request: RecordedRequest) -> Reply:
         tools = [t["function"]["name"] for t in request.body.get("tools", [])]
         if "final_reply" not in tools:
             branches.append(request)
-            return Reply(text="slow branch result", delay=20)
+            return Reply(text="slow branch result", hold=never)
         rounds.append(request)
         if len(rounds) == 1:
-            subtasks = [{"type": "general", "prompt": f"Slow part {k}"} for k in (1, 2)]
-            return Reply(
-                calls=[Call("delegate", {"reply": "Two slow parts.", "subtasks": subtasks})]
-            )
-        return Reply(calls=[Call("final_reply", {"text": "Changed course."})])
+            return delegate("Slow part 1", "Slow part 2", reply="Two slow parts.")
+        return final("Changed course.")
 
     scripted.responder = model
     try:
         handle = await start_task(client, settings.task_queue, "Do two slow parts.", model=MODEL)
-        await until(lambda: len(branches) == 2)
+        await never.reached(2)
         said = await run_cli(cli_env, "say", handle.id, "Stop, just summarise.", "--interrupt")
         assert said.code == 0, said.stderr
         result = await asyncio.wait_for(handle.result(), 60)

@@ -126,6 +126,9 @@ async def say(args: argparse.Namespace) -> int:
         print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
     elif receipt.status == "queued":
         print(f"{args.task}: queued as {receipt.message_id}; it becomes the next task")
+    elif receipt.status == "started":
+        print(f"{args.task} had ended; the message started the session's next task")
+        print(receipt.task_id)
     else:
         print(f"{args.task}: {receipt.message_id} sent; the agent sees it before its next step")
     return 0

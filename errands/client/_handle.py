@@ -23,6 +23,7 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
+from errands.client._queued import ENDED, start_next
 from errands.client._refusals import ending, innermost, kind_of, no_worker, polled, refusal
 from errands.contracts import ids, search
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
@@ -261,13 +262,16 @@ class TaskHandle:
     async def say(self, text: str, *, mode: str = "steer") -> MessageReceipt:
         """Send a message into the running task. ``steer`` (the default): into its session,
         shown to the agent before its next step (a reply it wrote without it is discarded and
-        it decides again); ``queue``: the session's next task once this one ends."""
+        it decides again); ``queue``: the session's next task once this one ends; queued on a
+        task that has ended, it starts that task at once (the receipt's ``task_id``)."""
         if not text.strip():
             raise InvalidRequest("the message is empty; write what the agent should know")
         if mode not in ("steer", "interrupt", "queue"):
             raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
         description = await self._describe()
         if description.status != WorkflowExecutionStatus.RUNNING:
+            if mode == "queue":
+                return await start_next(self._client, description, text)
             ended = description.status.name.lower() if description.status else "closed"
             session = (await self._closed(description)).session_id
             raise TaskEnded(
@@ -286,9 +290,15 @@ class TaskHandle:
             receipt: MessageReceipt = await update.result()
             return receipt
         except WorkflowUpdateFailedError as error:
+            # The task refuses messages once it is ending; a queued one starts the next task.
+            if mode == "queue" and (await self.status()).status in ENDED:
+                return await start_next(self._client, description, text)
             raise Conflict(f"message refused: {innermost(error)}") from None
         except RPCError as error:
-            raise self._ended_meanwhile(error) from None
+            refused = self._ended_meanwhile(error)
+            if mode == "queue" and isinstance(refused, TaskEnded):
+                return await start_next(self._client, description, text)
+            raise refused from None
 
     async def approve(
         self, *, always: bool = False, approval_id: str | None = None

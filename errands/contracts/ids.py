@@ -26,6 +26,12 @@ def queued_task_id(task_id: str, n: int) -> str:
     return f"{task_id}-q{n}"
 
 
+def queued_after_end_task_id(task_id: str) -> str:
+    """The task a message queued on ``task_id`` after it ended starts (``-q0``: the task's own
+    queued tasks count from 1)."""
+    return queued_task_id(task_id, 0)
+
+
 def ack_message_id(task_id: str, round_: int) -> str:
     return f"task:{task_id}:round:{round_}:ack"
 

@@ -157,9 +157,12 @@ class MessageReceipt(BaseModel):
 
     message_id: str
     mode: str
-    status: Literal["accepted", "queued"]
+    status: Literal["accepted", "queued", "started"]
     """``accepted``: in the session, shown to the agent before its next step; ``queued``: the
-    session's next task once this one ends."""
+    session's next task once this one ends; ``started``: queued on a task that had ended, it
+    became the session's next task at once (``task_id``)."""
+    task_id: str | None = None
+    """The task the message started (status ``started``)."""
 
 
 class TaskState(BaseModel):
