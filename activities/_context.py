@@ -35,6 +35,7 @@ from errands.contracts.messages import (
     NewMessage,
     StoredMessage,
 )
+from errands.contracts.rows import SummaryMeta
 
 SUMMARY_KIND: MessageKind = "summary"
 
@@ -53,7 +54,7 @@ class SessionView:
 
 def covered_upto(summary: StoredMessage) -> int:
     """The last seq a summary folds in."""
-    return int(summary.meta["covers"][1])
+    return SummaryMeta.of(summary).covers[1]
 
 
 def session_view(
@@ -208,7 +209,7 @@ class ContextFitter:
             return "the summary call returned no text"
         if response.finish_reason in ("length", "max_tokens"):
             return f"the summary did not fit its {output} output tokens"
-        first = int(previous.meta["covers"][0]) if previous else piece[0].seq
+        first = SummaryMeta.of(previous).covers[0] if previous else piece[0].seq
         return await asyncio.to_thread(
             self._store.append_once,
             NewMessage(
@@ -217,11 +218,9 @@ class ContextFitter:
                 role="system",  # errands' own words, not the user's
                 kind=SUMMARY_KIND,
                 text=summary,
-                meta={
-                    "covers": [first, piece[-1].seq],
-                    "model": model,
-                    "usage": response.usage.model_dump(),
-                },
+                meta=SummaryMeta(
+                    covers=[first, piece[-1].seq], model=model, usage=response.usage
+                ).stored(),
             ),
         )
 

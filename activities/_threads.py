@@ -13,7 +13,8 @@ from errands.agent.catalog import CatalogEntry, referenced_messages, render_sess
 from errands.contracts import ids
 from errands.contracts.activities import OpenBranchInput, RecordBranchInput
 from errands.contracts.events import NewEvent
-from errands.contracts.messages import Message, NewMessage, StoredMessage, ToolCall
+from errands.contracts.messages import Message, NewMessage, StoredMessage
+from errands.contracts.rows import BranchMeta, StepMeta, ToolResultMeta
 
 
 def open_threads(store: SessionStore, openings: Sequence[OpenBranchInput]) -> None:
@@ -64,17 +65,18 @@ def thread_messages(rows: list[StoredMessage]) -> list[Message]:
                 Message(
                     role="assistant",
                     text=row.text,
-                    tool_calls=[ToolCall(**c) for c in row.meta.get("tool_calls", [])],
+                    tool_calls=StepMeta.of(row).tool_calls,
                 )
             )
         elif row.kind == "tool_result":
+            result = ToolResultMeta.of(row)
             out.append(
                 Message(
                     role="tool",
                     text=row.text,
-                    tool_call_id=row.meta.get("tool_call_id"),
-                    tool_name=row.meta.get("tool_name"),
-                    is_error=bool(row.meta.get("is_error")),
+                    tool_call_id=result.tool_call_id,
+                    tool_name=result.tool_name,
+                    is_error=result.is_error,
                 )
             )
         else:
@@ -102,13 +104,13 @@ def write_branch_row(
             text=text,
             task_id=data.task_id,
             round=data.round,
-            meta={
-                "ordinal": data.ordinal,
-                "subtask_id": subtask_id(data.round, data.ordinal),
-                "thread_id": data.thread_id,
-                "status": data.status,
+            meta=BranchMeta(
+                ordinal=data.ordinal,
+                subtask_id=subtask_id(data.round, data.ordinal),
+                thread_id=data.thread_id,
+                status=data.status,
                 **data.draft.model_dump(),
-            },
+            ).stored(),
         ),
         [
             event(

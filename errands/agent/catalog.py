@@ -16,6 +16,7 @@ from errands.agent import prompts, reading
 from errands.agent.control import DELEGATE
 from errands.contracts import ids
 from errands.contracts.messages import Message, StoredMessage, ToolCall
+from errands.contracts.rows import BranchMeta
 
 
 @dataclass(frozen=True)
@@ -106,24 +107,25 @@ def delegate_exchange(
 ) -> list[Message]:
     """An earlier round's ``delegate`` call, as the model made it, with its real results (those
     in ``shortened`` as previews)."""
+    metas = [BranchMeta.of(b) for b in branches]
     subtasks = [
         {
-            key: b.meta[key]
+            key: getattr(meta, key)
             for key in ("type", "prompt", "references", "params")
-            if b.meta.get(key) not in (None, [], {})
+            if key in meta.model_fields_set and getattr(meta, key) not in (None, [], {})
         }
-        for b in branches
+        for meta in metas
     ]
     reply = ack.text if ack is not None else "(acknowledgement no longer in the conversation)"
     call_id = ids.delegate_call_id(task_id, round_)
     results = [
         {
-            "subtask_id": subtask_id(round_, b.meta["ordinal"]),
-            "type": b.meta.get("type"),
-            "status": b.meta.get("status"),
+            "subtask_id": subtask_id(round_, meta.ordinal),
+            "type": meta.type if "type" in meta.model_fields_set else None,
+            "status": meta.status if "status" in meta.model_fields_set else None,
             "output": reading.preview(b.text, b.seq) if b.id in shortened else b.text,
         }
-        for b in branches
+        for b, meta in zip(branches, metas, strict=True)
     ]
     return [
         Message(
@@ -149,7 +151,7 @@ def delegate_exchange(
 
 def _branches_by_round(rows: list[StoredMessage], task_id: str) -> dict[int, list[StoredMessage]]:
     mine = [r for r in rows if r.kind == "branch" and r.task_id == task_id and r.round is not None]
-    mine.sort(key=lambda r: (r.round or 0, r.meta.get("ordinal", 0)))
+    mine.sort(key=lambda r: (r.round or 0, BranchMeta.of(r).ordinal))
     return {round_: list(group) for round_, group in groupby(mine, key=lambda r: r.round or 0)}
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from errands.agent.model_catalog import ModelInfo
 from errands.contracts.messages import Message, ModelRequest, StoredMessage
+from errands.contracts.rows import StepMeta
 
 MARGIN = 0.05
 """Share of the window left unused: estimates are estimates."""
@@ -77,7 +78,7 @@ def message_bytes(text: str, arguments: Sequence[str] = ()) -> int:
 
 def row_bytes(row: StoredMessage) -> int:
     """What a stored row weighs once rendered (an upper bound: previews only shrink it)."""
-    arguments = [c.get("arguments", "") for c in row.meta.get("tool_calls", [])]
+    arguments = [c.arguments for c in StepMeta.of(row).tool_calls] if row.kind == "step" else []
     return message_bytes(row.text, arguments) + 64
 
 
