@@ -26,8 +26,7 @@ specially here; a huge text is simply a message that does not fit the budget.
 
 from __future__ import annotations
 
-import json
-
+from errands.agent.arguments import read_arguments, refusal
 from errands.agent.reading import cap_text
 from errands.contracts.messages import AdvisorResult, Message, ModelRequest, Role, ToolSpec
 
@@ -91,14 +90,20 @@ def parse_question(arguments: str) -> str:
     """The ``question`` argument of an advisor call; anything unreadable counts as blank.
 
     A malformed call still gets advice (on the default question) rather than an error, because
-    the advisor's input is free text and there is nothing for the model to repair.
+    the advisor's input is free text and there is nothing for the model to repair. Arguments the
+    guards refuse (``refused``) are read as blank here too, never parsed.
     """
-    try:
-        parsed = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return ""
-    question = parsed.get("question") if isinstance(parsed, dict) else None
+    arguments_read = read_arguments(arguments)
+    question = arguments_read.get("question") if isinstance(arguments_read, dict) else None
     return question if isinstance(question, str) else ""
+
+
+def refused(arguments: str) -> str | None:
+    """Why an advisor call gets an error result instead of advice: its arguments are too long or
+    too deep to read (``errands.agent.arguments``); None for every other call. A model that
+    sends such arguments needs telling, not advice on a question it did not ask."""
+    problem = refusal(arguments or "")
+    return None if problem is None else f"{ADVISOR_TOOL}: {problem}"
 
 
 def normalize_question(question: str) -> str:

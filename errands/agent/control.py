@@ -7,12 +7,12 @@ error names the subtask it is about as ``subtask N:``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic import BaseModel
 
 from errands.agent import schema_check
+from errands.agent.arguments import nested, parse_arguments
 from errands.contracts.messages import ToolCall, ToolSpec
 from errands.contracts.subtasks import (
     DelegateDecision,
@@ -176,7 +176,7 @@ def parse_delegate(
         raise ModelMistake("delegate: `reply` must be a non-blank acknowledgement for the user.")
     raw_subtasks = args.get("subtasks")
     if isinstance(raw_subtasks, str):
-        raw_subtasks = _loads_or(raw_subtasks, raw_subtasks)
+        raw_subtasks = nested(raw_subtasks)
     if not isinstance(raw_subtasks, list) or not raw_subtasks:
         raise ModelMistake("delegate: `subtasks` must be a list of 1 or more subtasks.")
     if len(raw_subtasks) > max_subtasks:
@@ -232,31 +232,5 @@ def _parse_subtask(
     )
 
 
-def json_error(error: json.JSONDecodeError) -> str:
-    """What is wrong with the JSON and where, in plain words ("Unterminated string starting at
-    position 9": the decoder's message already ends with "at")."""
-    return f"{error.msg.removesuffix(' at')} at position {error.pos}"
-
-
 def _arguments(call: ToolCall) -> dict[str, Any]:
-    try:
-        args = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as error:
-        raise ModelMistake(
-            f"{call.name}: the arguments are not valid JSON ({json_error(error)}). "
-            "Send a JSON object."
-        ) from None
-    except RecursionError:
-        raise ModelMistake(
-            f"{call.name}: the arguments are nested too deeply to read. Send a flat JSON object."
-        ) from None
-    if not isinstance(args, dict):
-        raise ModelMistake(f"{call.name}: the arguments must be a JSON object.")
-    return args
-
-
-def _loads_or(text: str, default: Any) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return default
+    return parse_arguments(call.arguments, tool=call.name, send="a JSON object")

@@ -11,9 +11,9 @@ Pure functions: the workflows import this module.
 
 from __future__ import annotations
 
-import json
-
+from errands.agent.arguments import parse_arguments
 from errands.contracts.messages import StoredMessage, ToolSpec
+from errands.errors import ModelMistake
 
 READ_MESSAGE = "read_message"
 
@@ -62,11 +62,9 @@ def read_message_spec() -> ToolSpec:
 def parse_read(arguments: str) -> tuple[int, int] | str:
     """``(ref, page)`` from a call's arguments, or what is wrong with them."""
     try:
-        raw = json.loads(arguments or "{}")
-    except json.JSONDecodeError as error:
-        return f"The arguments are not valid JSON ({error.msg}); call {READ_MESSAGE} again."
-    if not isinstance(raw, dict):
-        return 'The arguments must be an object like {"ref": 12}.'
+        raw = parse_arguments(arguments, tool=READ_MESSAGE, send='an object like {"ref": 12}')
+    except ModelMistake as error:
+        return str(error)
     ref, page = raw.get("ref"), raw.get("page", 1)
     if not isinstance(ref, int) or isinstance(ref, bool) or ref < 1:
         return "`ref` must be the number a 'read_message(ref N)' marker names, such as 12."

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from errands.agent.control import ASK_USER, NOT_BLANK, json_error
+from errands.agent.arguments import nested, parse_arguments
+from errands.agent.control import ASK_USER, NOT_BLANK
 from errands.contracts.asking import (
     HEADER_DEFAULT_LENGTH,
     MAX_OPTIONS,
@@ -274,28 +274,9 @@ def _optional_text(args: dict[str, Any], key: str) -> str | None:
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
-    try:
-        args = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as error:
-        raise ModelMistake(
-            f"ask_user: the arguments are not valid JSON ({json_error(error)}). "
-            "Send a JSON object with `questions`."
-        ) from None
-    except RecursionError:
-        raise ModelMistake(
-            "ask_user: the arguments are nested too deeply to read. Send a plain JSON object "
-            "with `questions`."
-        ) from None
-    if not isinstance(args, dict):
-        raise ModelMistake("ask_user: the arguments must be a JSON object with `questions`.")
-    return args
+    return parse_arguments(call.arguments, tool=ASK_USER, send="a JSON object with `questions`")
 
 
 def _maybe_json(value: Any) -> Any:
     """Models sometimes send a nested list as a JSON string; read it as the list it means."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            return value
-    return value
+    return nested(value)
