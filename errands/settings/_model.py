@@ -1,37 +1,14 @@
-"""Configuration: one pydantic-settings model, read from the environment (and flags).
-
-Built by ``worker.py`` and the CLI, never at import time of anything a workflow imports.
-Provider keys are read here, on the worker, and never enter a workflow payload.
-
-``load_settings`` is the way in: a value errands cannot use is a ``ConfigError`` whose one line
-names every bad variable and what it accepts. ``Settings.report`` (and ``render_report``) show
-the effective configuration with the secrets masked.
-"""
+"""``Settings``: every setting of errands as one pydantic-settings model, by its environment
+variable, each field with its docstring (``errands config`` and docs/configuration.md show it)
+and a check whose ``ValueError`` says what the variable accepts."""
 
 from __future__ import annotations
 
-import ipaddress
-import json
-import math
-import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
 
-from annotated_types import Ge, Le, MinLen
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    HttpUrl,
-    SecretStr,
-    ValidationError,
-    field_validator,
-)
-from pydantic.fields import FieldInfo
-from pydantic_core import ErrorDetails
+from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
@@ -39,88 +16,18 @@ from errands.agent.model_catalog import model_catalog
 from errands.agent.pricing import price_table
 from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
 from errands.contracts.workflows import RoundSettings, model_queue
-from errands.errors import ConfigError
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
-_IDENTIFIERS = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
-_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
-
-
-def parse_duration(value: object) -> float:
-    """Seconds in ``value``: a number of seconds (``90``, ``1.5``) or a number with a unit
-    (``90s``, ``15m``, ``24h``, ``2d``, ``1.5h``); ``ValueError`` for anything else."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip())):
-        seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
-    else:
-        raise ValueError(f"{value!r} is not a duration; give e.g. 90, 90s, 15m, 24h or 2d")
-    if not math.isfinite(seconds):
-        raise ValueError(f"{value!r} is not a finite duration")
-    return seconds
-
-
-_SECONDS = BeforeValidator(parse_duration)
-Seconds = Annotated[float, _SECONDS, Field(gt=0)]
-"""A duration in seconds, given as ``90``, ``90s``, ``15m``, ``24h``, ``2d`` or ``1.5h``."""
-Port = Annotated[int, Field(ge=1, le=65535)]
-
-
-class ProviderLimit(BaseModel):
-    """What one worker sends to one provider (or to one of its models), across all its tasks
-    and branches. Unset: no limit."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    concurrency: int | None = Field(default=None, ge=1)
-    """Requests in flight at once."""
-    rpm: int | None = Field(default=None, ge=1)
-    """Requests started per minute."""
-    queue_rate: float | None = Field(default=None, gt=0)
-    """Model activities per second the provider's model task queue hands out, across every
-    worker (with ERRANDS_MODEL_TASK_QUEUE); provider keys only."""
-
-
-def provider_limits(text: str | None) -> dict[str, ProviderLimit]:
-    """``ERRANDS_PROVIDER_LIMITS`` by key (``openai``, ``openai:gpt-4.1``); ``ValueError``
-    saying what is wrong."""
-    if not text:
-        return {}
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        raise ValueError(
-            'it is not JSON; give e.g. {"openai": {"concurrency": 4, "rpm": 500}}'
-        ) from None
-    if not isinstance(raw, dict):
-        raise ValueError('give a JSON object, e.g. {"openai": {"concurrency": 4}}')
-    limits: dict[str, ProviderLimit] = {}
-    for key, value in raw.items():
-        if ":" in key:
-            check_model_spec(key)
-        elif key not in MODEL_PROVIDERS:
-            raise ValueError(
-                f"{key!r} is neither a provider ({', '.join(MODEL_PROVIDERS)}) nor a provider:model"
-            )
-        try:
-            limits[key] = ProviderLimit.model_validate(value)
-        except ValidationError as error:
-            problems = ", ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg'].lower()}"
-                for e in error.errors()
-            )
-            raise ValueError(
-                f"the limit of {key!r} is wrong ({problems}); give concurrency and rpm as whole "
-                "numbers of at least 1 and queue_rate as a number above 0"
-            ) from None
-        if ":" in key and limits[key].queue_rate is not None:
-            raise ValueError(
-                f"{key!r} sets queue_rate, which only a provider key may set (a task queue "
-                "serves a provider, not a model)"
-            )
-    return limits
+from errands.settings._parse import (
+    HOST,
+    IDENTIFIERS,
+    LOG_LEVELS,
+    Port,
+    ProviderLimit,
+    Seconds,
+    is_ip_port,
+    is_port,
+    provider_limits,
+    shown_value,
+)
 
 
 class Settings(BaseSettings):
@@ -182,7 +89,10 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(default=None, alias="OPENAI_API_KEY")
     """API key of ``openai:`` models (or of the OpenAI-compatible server); read on the worker."""
     openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
-    """An OpenAI-compatible server to use instead of api.openai.com (``http(s)://…/v1``)."""
+    """An OpenAI-compatible server to use instead of api.openai.com (``http(s)://…/v1``).
+
+    Any Chat Completions server with tool calling: vLLM, Ollama, llama.cpp, gateways (the user
+    guide's "Local model servers" says how to start them)."""
     anthropic_api_key: SecretStr | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     """API key of ``anthropic:`` models; read on the worker."""
     anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
@@ -190,11 +100,15 @@ class Settings(BaseSettings):
     prices: str | None = Field(default=None, alias="ERRANDS_PRICES")
     """Extra or changed prices, as JSON, on top of errands.agent.pricing.DEFAULT_PRICES.
 
-    {"provider:model": {"input": …, "output": …, "cached": …}} in USD per million tokens."""
+    ``{"provider:model": {"input": …, "output": …, "cached": …}}`` in USD per million tokens."""
     models: str | None = Field(default=None, alias="ERRANDS_MODELS")
     """What errands should know about models, as JSON, on top of the model catalog.
 
-    {"provider:model pattern": {"context_window": …, "max_output": …, "temperature": …}}."""
+    ``{"provider:model pattern": {"context_window": …, "max_output": …, "temperature": …}}``,
+    e.g. ``{"openai:my-local": {"context_window": 16000, "max_output": 2048}}``; also
+    ``output_limit`` (``max_tokens``, ``max_completion_tokens`` or ``both``),
+    ``reasoning_tokens`` and ``prompt_cache``. A model the catalog does not know gets a
+    32,000-token window and 4,096 output tokens."""
     subtask_types: str | None = Field(default=None, alias="ERRANDS_SUBTASK_TYPES")
     """Extra subtask types: comma-separated ``package.module:attribute`` paths.
 
@@ -203,8 +117,10 @@ class Settings(BaseSettings):
     """MCP servers whose tools the agents may call, as JSON by server name
     (errands.adapters.mcp.config).
 
-    {"name": {"command": [...], "env": {...}} or {"url": "…", "headers": {...}}}, with optional
-    "tools", "for", "approval" and "timeout_seconds"; read by the worker only."""
+    ``{"name": {"command": [...], "env": {...}}}`` or ``{"name": {"url": "…", "headers":
+    {...}}}``, with optional ``tools`` (an allow list), ``for`` (``main``, ``*`` or subtask type
+    keys), ``approval`` (``never``, ``ask`` or ``always``) and ``timeout_seconds``; read by the
+    worker only. The user guide's "Work tools" says more."""
 
     # -- a task's constants (SPEC §1), carried in its input: see round_settings() -----------
 
@@ -232,11 +148,6 @@ class Settings(BaseSettings):
     """Heartbeat timeout of model and tool activities (e.g. ``30s``).
 
     A killed worker's call is retried elsewhere this soon, not after ERRANDS_MODEL_TIMEOUT."""
-    streaming: bool = Field(default=True, alias="ERRANDS_STREAMING")
-    """Stream the model calls of rounds and branches, publishing their text to the event log as
-    it is written (``reply_delta``).
-
-    ``false``: one whole response per call, for a server whose streaming is broken."""
     tool_timeout_seconds: Seconds = Field(default=120.0, alias="ERRANDS_TOOL_TIMEOUT")
     """How long one work-tool call may run before it is stopped and reported (e.g. ``2m``)."""
     tool_max_attempts: int = Field(default=3, ge=1, le=100, alias="ERRANDS_TOOL_MAX_ATTEMPTS")
@@ -245,7 +156,8 @@ class Settings(BaseSettings):
     """Task queue of the model activities; ``{provider}`` in it becomes the model's provider.
 
     E.g. ``errands-models-{provider}``. Workers started with it poll it too, with that
-    provider's ``queue_rate`` (ERRANDS_PROVIDER_LIMITS). Unset: ERRANDS_TASK_QUEUE."""
+    provider's ``queue_rate`` (ERRANDS_PROVIDER_LIMITS; "Rate limits" in docs/operations.md).
+    Unset: ERRANDS_TASK_QUEUE."""
     round_retry_limit: int = Field(default=5, ge=1, le=100, alias="ERRANDS_ROUND_RETRY_LIMIT")
     """Times a round that failed as transient is retried before the task fails."""
     round_retry_seconds: Seconds = Field(default=30.0, alias="ERRANDS_ROUND_RETRY_DELAY")
@@ -270,8 +182,8 @@ class Settings(BaseSettings):
     provider_limits: str | None = Field(default=None, alias="ERRANDS_PROVIDER_LIMITS")
     """Requests one worker sends a provider (or model) at once and per minute, as JSON.
 
-    {"openai": {"concurrency": 4, "rpm": 500}, "openai:gpt-4.1": {"concurrency": 2}}; a
-    provider may add "queue_rate" (model activities per second, across workers)."""
+    ``{"openai": {"concurrency": 4, "rpm": 500}, "openai:gpt-4.1": {"concurrency": 2}}``; a
+    provider may add ``queue_rate`` (model activities per second, across workers)."""
 
     api_token: SecretStr | None = Field(default=None, alias="ERRANDS_API_TOKEN")
     """Bearer token the HTTP gateway requires; needed to serve beyond loopback."""
@@ -287,6 +199,11 @@ class Settings(BaseSettings):
     E.g. ``127.0.0.1:9464``; ``0.0.0.0:9464`` in a container. Unset: no endpoint."""
     otel: bool = Field(default=False, alias="ERRANDS_OTEL")
     """Trace tasks with OpenTelemetry through temporalio's interceptor (the ``otel`` extra)."""
+    streaming: bool = Field(default=True, alias="ERRANDS_STREAMING")
+    """Stream the model calls of rounds and branches, publishing their text to the event log as
+    it is written (``reply_delta``).
+
+    ``false``: one whole response per call, for a server whose streaming is broken."""
 
     # -- checks: each ValueError says what the variable accepts ------------------------------
 
@@ -294,7 +211,7 @@ class Settings(BaseSettings):
     @classmethod
     def _host_port(cls, value: str | None) -> str | None:
         host, _, port = (value or "").rpartition(":")
-        if value is not None and not (_HOST.fullmatch(host) and _is_port(port)):
+        if value is not None and not (HOST.fullmatch(host) and is_port(port)):
             raise ValueError(
                 "give host:port without a scheme, e.g. localhost:7233, temporal:7233 or "
                 "[::1]:7233 (port 1-65535)"
@@ -304,7 +221,7 @@ class Settings(BaseSettings):
     @field_validator("metrics_bind")
     @classmethod
     def _ip_port(cls, value: str | None) -> str | None:
-        if value is not None and not _is_ip_port(value):
+        if value is not None and not is_ip_port(value):
             raise ValueError(
                 "give IP:port, e.g. 127.0.0.1:9464, 0.0.0.0:9464 in a container, or [::1]:9464 "
                 "(an IP address, not a host name; port 1-65535)"
@@ -337,7 +254,7 @@ class Settings(BaseSettings):
     def _subtask_types(cls, value: str | None) -> str | None:
         for path in filter(None, (p.strip() for p in (value or "").split(","))):
             module, _, attribute = path.partition(":")
-            if not (_IDENTIFIERS.fullmatch(module) and attribute.isidentifier()):
+            if not (IDENTIFIERS.fullmatch(module) and attribute.isidentifier()):
                 raise ValueError(
                     f"{path!r} is not a package.module:attribute path; give comma-separated "
                     "paths like mypackage.types:TYPES"
@@ -488,159 +405,9 @@ class Settings(BaseSettings):
         (True when no variable or flag set it) and ``doc`` (its docstring's first line, plain)."""
         return {
             info.alias or name: {
-                "value": _shown_value(name, getattr(self, name)),
+                "value": shown_value(name, getattr(self, name)),
                 "default": name not in self.model_fields_set,
                 "doc": (info.description or "").partition("\n")[0].replace("``", ""),
             }
             for name, info in type(self).model_fields.items()
         }
-
-
-_FIELD_OF = {
-    key: name for name, info in Settings.model_fields.items() for key in (name, info.alias or name)
-}
-"""Field name by variable name or field name: what ``load_settings`` and errors may use."""
-_SECRETS = {"openai_api_key", "anthropic_api_key", "api_token"}
-_URLS = {"database_url", "openai_base_url", "anthropic_base_url"}
-
-
-def load_settings(**overrides: object) -> Settings:
-    """The settings from the environment, with ``overrides`` on top (by variable or field name;
-    None: not given). ``ConfigError`` naming every bad variable and what it accepts."""
-    unknown = sorted(set(overrides) - _FIELD_OF.keys())
-    if unknown:
-        raise TypeError(f"load_settings() got unknown settings: {', '.join(unknown)}")
-    values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
-    try:
-        return Settings(**values)
-    except ValidationError as error:
-        # `from None`: the pydantic error repeats every bad input, secrets included.
-        raise _config_error(error) from None
-
-
-def render_report(report: dict[str, dict[str, Any]]) -> str:
-    """``report`` as aligned lines: ``VARIABLE  value  (default)  — doc``."""
-    values = {var: _text(entry["value"]) for var, entry in report.items()}
-    name_width = max(map(len, report), default=0)
-    value_width = min(max(map(len, values.values()), default=0), 40)
-    return "\n".join(
-        f"{var:<{name_width}}  {values[var]:<{value_width}}  "
-        f"{'(default)' if entry['default'] else '':<9}  — {entry['doc']}".rstrip(" —")
-        for var, entry in report.items()
-    )
-
-
-def environ_has_temporal() -> bool:
-    return bool(os.environ.get("TEMPORAL_ADDRESS"))
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def _config_error(error: ValidationError) -> ConfigError:
-    problems: dict[str, str] = {}
-    for detail in error.errors():
-        variable, problem = _problem(detail)
-        problems.setdefault(variable, problem)
-    them = "it" if len(problems) == 1 else "them"
-    message = " ".join(f"{'; '.join(problems.values())}; fix or unset {them}".split())
-    return ConfigError(message, setting=next(iter(problems)) if len(problems) == 1 else None)
-
-
-def _problem(detail: ErrorDetails) -> tuple[str, str]:
-    key = str(detail["loc"][0]) if detail["loc"] else "settings"
-    name = _FIELD_OF.get(key, key)
-    info = Settings.model_fields.get(name)
-    variable = (info.alias if info else None) or key
-    given = "" if name in _SECRETS else f"={_compact(_shown_value(name, detail['input']))}"
-    reason = (_accepts(info) if info else "") or _reason(detail)
-    return variable, f"{variable}{given} is not allowed: {reason}"
-
-
-def _accepts(info: FieldInfo) -> str:
-    """What a number, a duration or a flag accepts, from its type and bounds ("" otherwise)."""
-    low = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
-    high = next((m.le for m in info.metadata if isinstance(m, Le)), None)
-    if _SECONDS in info.metadata:
-        return "give seconds (90) or a number with a unit: 90s, 15m, 24h, 2d, 1.5h; more than 0"
-    if info.annotation is bool:
-        return "give true or false (or 1/0, yes/no, on/off)"
-    if info.annotation is int:
-        if (low, high) == (1, 65535):
-            return "give a port from 1 to 65535"
-        if high is None:
-            return f"give a whole number of at least {low}"
-        return f"give a whole number from {low} to {high:,}"
-    if any(isinstance(m, MinLen) for m in info.metadata):
-        return "give a non-empty name"
-    return ""
-
-
-def _reason(detail: ErrorDetails) -> str:
-    """A validator's own message (it says what is accepted), else pydantic's."""
-    error = (detail.get("ctx") or {}).get("error")
-    return str(error) if error is not None else detail["msg"].lower()
-
-
-def _shown_value(name: str, value: Any) -> Any:
-    """``value`` fit to print: secrets masked, a URL's password hidden, JSON-able."""
-    if isinstance(value, SecretStr):
-        value = value.get_secret_value()
-    if name in _SECRETS and value is not None:
-        return f"****{value[-4:]}" if len(str(value)) >= 16 else "set"
-    if name == "mcp_servers" and value is not None:
-        # Headers and env may hold secrets: only each server's transport is shown.
-        servers = parse_mcp_servers(value)
-        return {n: "command" if c.command else "url" for n, c in servers.items()}
-    if name in _URLS and isinstance(value, str):
-        return _without_password(value)
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def _without_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url if "@" not in url else "****"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if password is None and not any(key.lower() == "password" for key, _ in query):
-        return url
-    netloc = parts.netloc.replace(f":{password}@", ":****@", 1) if password else parts.netloc
-    query = [(key, "****" if key.lower() == "password" else v) for key, v in query]
-    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*")))
-
-
-def _compact(value: Any) -> str:
-    text = str(value)
-    if len(text) > 60:
-        text = text[:59] + "…"
-    return text if re.fullmatch(r"\S+", text) else repr(text)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "(unset)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def _is_port(text: str) -> bool:
-    return text.isdigit() and 0 < int(text) < 65536
-
-
-def _is_ip_port(text: str) -> bool:
-    host, _, port = text.rpartition(":")
-    try:
-        if host.startswith("[") and host.endswith("]"):
-            ipaddress.IPv6Address(host[1:-1])
-        else:
-            ipaddress.IPv4Address(host)
-    except ValueError:
-        return False
-    return _is_port(port)

@@ -1,0 +1,123 @@
+"""``docs/configuration.md``, generated from ``Settings``: every variable with what it accepts,
+its default and its docstring (a test keeps the file equal to ``render_configuration()``)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import HttpUrl, SecretStr
+from pydantic.fields import FieldInfo
+
+from errands.settings._model import Settings
+from errands.settings._parse import LOG_LEVELS, SECONDS, accepts
+
+GROUPS = {
+    "temporal_address": ("Where things are", ""),
+    "model": ("Models, their keys, and what agents may use", ""),
+    "step_budget": (
+        "A task's constants",
+        "Read where a task is started (the CLI, the gateway, `errands.Client`) and carried in its "
+        "input, so a running task never changes them.",
+    ),
+    "provider_limits": (
+        "Operating it",
+        "Rate limits, logs, metrics and tracing are explained in [operations.md](operations.md).",
+    ),
+}
+"""Sections of the page, by the first field of each (fields keep the model's order)."""
+
+ACCEPTS = {
+    "temporal_address": "`host:port`",
+    "data_dir": "a directory",
+    "database_url": "`sqlite:///path.db`, a file path, or `postgresql://…`",
+    "model": "`provider:model` or `demo`",
+    "fallback_model": "`provider:model` or `demo`",
+    "advisor_model": "`provider:model` or `demo`",
+    "side_question_model": "`provider:model` or `demo`",
+    "openai_base_url": "an `http://` or `https://` URL",
+    "anthropic_base_url": "an `http://` or `https://` URL",
+    "prices": "JSON",
+    "models": "JSON",
+    "subtask_types": "`package.module:attribute`, comma-separated",
+    "mcp_servers": "JSON",
+    "model_task_queue": "a task queue name; `{provider}` is replaced",
+    "provider_limits": "JSON",
+    "log_level": ", ".join(f"`{level}`" for level in LOG_LEVELS[:-1]) + f" or `{LOG_LEVELS[-1]}`",
+    "metrics_bind": "`IP:port`",
+}
+"""What a setting whose type does not say it accepts (strings, mostly); its check refuses the
+rest."""
+
+_CODE = re.compile(r"(`[^`]*`)")
+
+
+def render_configuration() -> str:
+    """``docs/configuration.md``: the settings as a reader wants them."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- generated from errands/settings (Settings); tests/test_cli_usage.py checks it -->",
+        "",
+        "Every setting of errands is an environment variable; a few commands take a flag for one",
+        "as well (`errands run --model`, `errands dev --port`), which wins. An empty variable",
+        "counts as unset. `errands config` prints the effective values (`--json`: one object,",
+        "variable → value, whether it is the default, what it means), secrets masked. A bad",
+        "value is refused when any command starts, in one line naming the variable and what it",
+        "accepts, with exit code 2. Keys are read by the worker and never enter workflow inputs,",
+        "results or history. A duration is a number of seconds or a number with a unit: `90`,",
+        "`90s`, `15m`, `24h`, `2d`, `1.5h`.",
+    ]
+    for name, info in Settings.model_fields.items():
+        if name in GROUPS:
+            title, intro = GROUPS[name]
+            lines += ["", f"## {title}", ""]
+            lines += [intro, ""] if intro else []
+            lines += ["| variable | accepts | default | meaning |", "|---|---|---|---|"]
+        cells = [f"`{info.alias}`", _accepted(name, info), _default(info), _meaning(info)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _accepted(name: str, info: FieldInfo) -> str:
+    if SECONDS in info.metadata:
+        return "a duration"
+    if info.annotation is bool:
+        return "`true` or `false`"
+    if name in ACCEPTS:
+        return ACCEPTS[name]
+    if info.annotation == SecretStr | None:
+        return "a secret"
+    if info.annotation == HttpUrl | None:
+        return "an `http://` or `https://` URL"
+    derived = accepts(info).removeprefix("give ")
+    if not derived:
+        raise ValueError(f"say what {info.alias} accepts in errands.settings._docs.ACCEPTS")
+    return derived
+
+
+def _default(info: FieldInfo) -> str:
+    value = info.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if SECONDS in info.metadata:
+        return f"`{_duration(float(value))}`"
+    return f"`{value}`"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _meaning(info: FieldInfo) -> str:
+    """The docstring on one line for a table cell: ``code`` as markdown code, ``|`` escaped,
+    and ``*`` and ``<`` outside code."""
+    text = " ".join((info.description or "").split()).replace("``", "`").replace("|", "\\|")
+    parts = _CODE.split(text)
+    return "".join(
+        part if part.startswith("`") else re.sub(r"([*<])", r"\\\1", part) for part in parts
+    )

@@ -1,0 +1,195 @@
+"""The values of settings: durations, ports, provider limits, and how a value is shown (secrets
+masked, a URL's password hidden). Shared by the model, the report and the generated docs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from annotated_types import Ge, Le, MinLen
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
+
+from errands.adapters.mcp.config import parse_mcp_servers
+from errands.agent.validation import MODEL_PROVIDERS, check_model_spec
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)")
+IDENTIFIERS = re.compile(r"[^\W\d]\w*(\.[^\W\d]\w*)*")
+HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\]")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds in ``value``: a number of seconds (``90``, ``1.5``) or a number with a unit
+    (``90s``, ``15m``, ``24h``, ``2d``, ``1.5h``); ``ValueError`` for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip())):
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2]]
+    else:
+        raise ValueError(f"{value!r} is not a duration; give e.g. 90, 90s, 15m, 24h or 2d")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration")
+    return seconds
+
+
+SECONDS = BeforeValidator(parse_duration)
+"""The validator that makes a duration of a setting: ``Seconds`` carries it."""
+Seconds = Annotated[float, SECONDS, Field(gt=0)]
+"""A duration in seconds, given as ``90``, ``90s``, ``15m``, ``24h``, ``2d`` or ``1.5h``."""
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ProviderLimit(BaseModel):
+    """What one worker sends to one provider (or to one of its models), across all its tasks
+    and branches. Unset: no limit."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    concurrency: int | None = Field(default=None, ge=1)
+    """Requests in flight at once."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests started per minute."""
+    queue_rate: float | None = Field(default=None, gt=0)
+    """Model activities per second the provider's model task queue hands out, across every
+    worker (with ERRANDS_MODEL_TASK_QUEUE); provider keys only."""
+
+
+def provider_limits(text: str | None) -> dict[str, ProviderLimit]:
+    """``ERRANDS_PROVIDER_LIMITS`` by key (``openai``, ``openai:gpt-4.1``); ``ValueError``
+    saying what is wrong."""
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ValueError(
+            'it is not JSON; give e.g. {"openai": {"concurrency": 4, "rpm": 500}}'
+        ) from None
+    if not isinstance(raw, dict):
+        raise ValueError('give a JSON object, e.g. {"openai": {"concurrency": 4}}')
+    limits: dict[str, ProviderLimit] = {}
+    for key, value in raw.items():
+        if ":" in key:
+            check_model_spec(key)
+        elif key not in MODEL_PROVIDERS:
+            raise ValueError(
+                f"{key!r} is neither a provider ({', '.join(MODEL_PROVIDERS)}) nor a provider:model"
+            )
+        try:
+            limits[key] = ProviderLimit.model_validate(value)
+        except ValidationError as error:
+            problems = ", ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg'].lower()}"
+                for e in error.errors()
+            )
+            raise ValueError(
+                f"the limit of {key!r} is wrong ({problems}); give concurrency and rpm as whole "
+                "numbers of at least 1 and queue_rate as a number above 0"
+            ) from None
+        if ":" in key and limits[key].queue_rate is not None:
+            raise ValueError(
+                f"{key!r} sets queue_rate, which only a provider key may set (a task queue "
+                "serves a provider, not a model)"
+            )
+    return limits
+
+
+def accepts(info: FieldInfo) -> str:
+    """What a number, a duration, a flag or a name accepts, from its type and bounds, as a refusal
+    says it ("" for any other setting: its own check says it)."""
+    low = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
+    high = next((m.le for m in info.metadata if isinstance(m, Le)), None)
+    if SECONDS in info.metadata:
+        return "give seconds (90) or a number with a unit: 90s, 15m, 24h, 2d, 1.5h; more than 0"
+    if info.annotation is bool:
+        return "give true or false (or 1/0, yes/no, on/off)"
+    if info.annotation is int:
+        if (low, high) == (1, 65535):
+            return "give a port from 1 to 65535"
+        if high is None:
+            return f"give a whole number of at least {low}"
+        return f"give a whole number from {low} to {high:,}"
+    if any(isinstance(m, MinLen) for m in info.metadata):
+        return "give a non-empty name"
+    return ""
+
+
+SECRETS = {"openai_api_key", "anthropic_api_key", "api_token"}
+"""Fields never shown: the report masks them, a refusal leaves out what was given."""
+URLS = {"database_url", "openai_base_url", "anthropic_base_url"}
+"""Fields whose value is shown with its password hidden."""
+
+
+def shown_value(name: str, value: Any) -> Any:
+    """``value`` fit to print: secrets masked, a URL's password hidden, JSON-able."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if name in SECRETS and value is not None:
+        return f"****{value[-4:]}" if len(str(value)) >= 16 else "set"
+    if name == "mcp_servers" and value is not None:
+        # Headers and env may hold secrets: only each server's transport is shown.
+        servers = parse_mcp_servers(value)
+        return {n: "command" if c.command else "url" for n, c in servers.items()}
+    if name in URLS and isinstance(value, str):
+        return _without_password(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _without_password(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url if "@" not in url else "****"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if password is None and not any(key.lower() == "password" for key, _ in query):
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":****@", 1) if password else parts.netloc
+    query = [(key, "****" if key.lower() == "password" else v) for key, v in query]
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*")))
+
+
+def compact(value: Any) -> str:
+    """``value`` in a refusal's one line: at most 60 characters, quoted if it has spaces."""
+    text = str(value)
+    if len(text) > 60:
+        text = text[:59] + "…"
+    return text if re.fullmatch(r"\S+", text) else repr(text)
+
+
+def as_text(value: Any) -> str:
+    """A reported value as ``errands config`` prints it."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def is_port(text: str) -> bool:
+    """``text`` is a port number, 1 to 65535."""
+    return text.isdigit() and 0 < int(text) < 65536
+
+
+def is_ip_port(text: str) -> bool:
+    """``text`` is ``IP:port`` (``[IPv6]:port`` too), never a host name."""
+    host, _, port = text.rpartition(":")
+    try:
+        if host.startswith("[") and host.endswith("]"):
+            ipaddress.IPv6Address(host[1:-1])
+        else:
+            ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return is_port(port)

@@ -1,0 +1,73 @@
+"""The way in and the way out: ``load_settings`` (a bad value is one ``ConfigError`` line naming
+every bad variable and what it accepts) and ``render_report`` (what ``errands config`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from errands.errors import ConfigError
+from errands.settings._model import Settings
+from errands.settings._parse import SECRETS, accepts, as_text, compact, shown_value
+
+_FIELD_OF = {
+    key: name for name, info in Settings.model_fields.items() for key in (name, info.alias or name)
+}
+"""Field name by variable name or field name: what ``load_settings`` and errors may use."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """The settings from the environment, with ``overrides`` on top (by variable or field name;
+    None: not given). ``ConfigError`` naming every bad variable and what it accepts."""
+    unknown = sorted(set(overrides) - _FIELD_OF.keys())
+    if unknown:
+        raise TypeError(f"load_settings() got unknown settings: {', '.join(unknown)}")
+    values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**values)
+    except ValidationError as error:
+        # `from None`: the pydantic error repeats every bad input, secrets included.
+        raise _config_error(error) from None
+
+
+def render_report(report: dict[str, dict[str, Any]]) -> str:
+    """``report`` as aligned lines: ``VARIABLE  value  (default)  — doc``."""
+    values = {var: as_text(entry["value"]) for var, entry in report.items()}
+    name_width = max(map(len, report), default=0)
+    value_width = min(max(map(len, values.values()), default=0), 40)
+    return "\n".join(
+        f"{var:<{name_width}}  {values[var]:<{value_width}}  "
+        f"{'(default)' if entry['default'] else '':<9}  — {entry['doc']}".rstrip(" —")
+        for var, entry in report.items()
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _config_error(error: ValidationError) -> ConfigError:
+    problems: dict[str, str] = {}
+    for detail in error.errors():
+        variable, problem = _problem(detail)
+        problems.setdefault(variable, problem)
+    them = "it" if len(problems) == 1 else "them"
+    message = " ".join(f"{'; '.join(problems.values())}; fix or unset {them}".split())
+    return ConfigError(message, setting=next(iter(problems)) if len(problems) == 1 else None)
+
+
+def _problem(detail: ErrorDetails) -> tuple[str, str]:
+    key = str(detail["loc"][0]) if detail["loc"] else "settings"
+    name = _FIELD_OF.get(key, key)
+    info = Settings.model_fields.get(name)
+    variable = (info.alias if info else None) or key
+    given = "" if name in SECRETS else f"={compact(shown_value(name, detail['input']))}"
+    reason = (accepts(info) if info else "") or _reason(detail)
+    return variable, f"{variable}{given} is not allowed: {reason}"
+
+
+def _reason(detail: ErrorDetails) -> str:
+    """A validator's own message (it says what is accepted), else pydantic's."""
+    error = (detail.get("ctx") or {}).get("error")
+    return str(error) if error is not None else detail["msg"].lower()
