@@ -145,6 +145,7 @@ class SessionActivities:
                     f"round:{data.round}",
                     round=data.round,
                     subtasks=len(data.subtasks),
+                    types=[s.type for s in data.subtasks],
                     reply=preview(data.reply),
                 )
             ],

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from errands.agent.tools import tool
     from errands.client import Client, TaskHandle, TaskInfo
     from errands.contracts.activities import SideAnswer
+    from errands.contracts.events import StoredEvent
     from errands.contracts.messages import StoredMessage, ToolSpec
     from errands.contracts.workflows import AnswerReceipt, TaskError, TaskResult
     from errands.errors import (
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from errands.plugin import ErrandsPlugin
-    from errands.progress import ProgressEvent
     from errands.settings import Settings, load_settings
 
 __version__ = "0.1.0"
@@ -97,7 +97,7 @@ _HOMES: dict[str, str] = {
     "TaskError": "errands.contracts.workflows",
     "AnswerReceipt": "errands.contracts.workflows",
     "SideAnswer": "errands.contracts.activities",
-    "ProgressEvent": "errands.progress",
+    "StoredEvent": "errands.contracts.events",
     **{name: "errands.errors" for name in _ERRORS},
 }
 
@@ -116,13 +116,13 @@ __all__ = [
     "McpServerConfig",
     "ModelMistake",
     "NoWorker",
-    "ProgressEvent",
     "Refused",
     "Settings",
     "SideAnswer",
     "SideQuestionFailed",
     "Stopped",
     "StoreUnavailable",
+    "StoredEvent",
     "StoredMessage",
     "SubtaskType",
     "TaskEnded",

@@ -141,7 +141,7 @@ async def test_answers_are_validated_and_a_stale_question_set_is_a_conflict(
     assert (await task.wait(timeout=60)).reply == "SQLite, then."
 
 
-async def test_progress_follows_a_delegating_task_to_its_result(
+async def test_events_follow_a_delegating_task_from_its_log_to_its_result(
     errands_client: Client, scripted: ScriptedModelServer
 ) -> None:
     Conversation(
@@ -150,17 +150,21 @@ async def test_progress_follows_a_delegating_task_to_its_result(
         branches=2,
     ).install(scripted, "gpt-client")
     task = await errands_client.start("split it", model="openai:gpt-client")
-    events = [e async for e in task.progress(interval=0.05)]
-    steps = [e.type for e in events if e.type != "phase"]
-    assert steps == [
-        "round_started",
-        "delegated",
-        "branch_finished",
-        "branch_finished",
-        "round_started",
-        "replied",
+    events = [e async for e in task.events()]
+    steps = [e.type for e in events if e.type in ("round_started", "delegated", "replied")]
+    assert steps == ["round_started", "delegated", "round_started", "replied"]
+    delegated = next(e for e in events if e.type == "delegated")
+    assert (delegated.data["subtasks"], delegated.data["types"]) == (2, ["general", "general"])
+    branches = [(e.type, e.data["ordinal"]) for e in events if e.type.startswith("branch_")]
+    assert sorted(branches) == [
+        ("branch_finished", 1),
+        ("branch_finished", 2),
+        ("branch_started", 1),
+        ("branch_started", 2),
     ]
-    assert events[-1].data == (await task.wait()).public()
+    result = await task.wait()
+    assert result.reply == "both done" and events[-1].data["chars"] == len("both done")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
 
 async def test_a_join_reply_says_it_was_a_join_and_why(

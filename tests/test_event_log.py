@@ -89,6 +89,29 @@ async def test_a_delegating_tasks_log_holds_each_event_once_in_order(
     assert plain.stdout.splitlines()[0].split()[:2] == ["1", "task_started"]
 
 
+async def test_errands_run_prints_a_delegating_tasks_branches_from_its_event_log(
+    scripted: ScriptedModelServer, worker: Any, cli_env: dict[str, str], store: SessionStore
+) -> None:
+    Conversation(three_branches(), branch, branches=3).install(scripted, "gpt-events")
+    ran = await run_cli({**cli_env, "ERRANDS_MODEL": MODEL}, "run", "Do it in three parts.")
+
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout.strip().endswith("All three parts are done.")
+    lines = [line.strip() for line in ran.stderr.splitlines()]
+    task_id = next(line for line in lines if line.startswith("errands: task ")).split()[2]
+    types = [e.type for e in store.list_events(task_id, after_seq=0)]
+    assert types[-1] == "replied", "the run printed a task whose log is complete"
+    # What it printed of the log, in the log's own order.
+    assert lines.index("round 0") < lines.index("round 0: 3 subtasks: Three parts.")
+    for k in (1, 2, 3):
+        started = lines.index(f"round 0 · subtask {k} (general) started")
+        finished = lines.index(f"round 0 · subtask {k} (general) completed")
+        assert lines.index("round 0: 3 subtasks: Three parts.") < started < finished
+        assert finished < lines.index("round 1")
+    shown = [line for line in lines if line.startswith(("round", "your message"))]
+    assert len(shown) == 2 + 1 + 3 + 3, ran.stderr
+
+
 async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(
     client: Client,
     settings: Settings,

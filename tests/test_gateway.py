@@ -33,8 +33,6 @@ DATABASE = {
     "header": "Database",
     "options": [{"label": "PostgreSQL"}, {"label": "SQLite"}],
 }
-PROGRESS = ("round_started", "delegated", "branch_finished", "waiting_for_user")
-PROGRESS += ("question_answered", "replied", "failed", "canceled")
 WORKFLOW_TASK_EVENTS = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
@@ -103,12 +101,10 @@ class Watcher:
     status: int = 0
     task: asyncio.Task[None] | None = None
 
-    stream: str = "progress"
+    stream: str = "events"
 
     def types(self) -> list[str]:
-        if self.stream.startswith("events"):
-            return [e.type for e in self.events]
-        return [e.type for e in self.events if e.type in PROGRESS]
+        return [e.type for e in self.events]
 
     async def until(self, type_: str, timeout: float = 30) -> Event:
         for _ in range(int(timeout * 20)):
@@ -150,10 +146,8 @@ async def read_stream(
                 frame[name] = value[1:] if value.startswith(" ") else value
 
 
-def watch(
-    http: httpx.AsyncClient, task_id: str, stream: str = "progress", **kwargs: Any
-) -> Watcher:
-    """Read ``/v1/tasks/{task_id}/{stream}`` (``progress`` or ``events``, the log)."""
+def watch(http: httpx.AsyncClient, task_id: str, stream: str = "events", **kwargs: Any) -> Watcher:
+    """Read ``/v1/tasks/{task_id}/{stream}``: the event log (``events``, or ``events?after=N``)."""
     watcher = Watcher(stream=stream)
     watcher.task = asyncio.create_task(read_stream(http, task_id, watcher, **kwargs))
     return watcher
@@ -179,7 +173,10 @@ async def until_state(http: httpx.AsyncClient, task_id: str, status: str) -> dic
 # -- the whole flow -------------------------------------------------------------------------
 
 
-async def test_a_delegating_task_that_asks_streams_its_progress_in_order_and_replies(
+MAIN_STEPS = ("round_started", "delegated", "question_asked", "question_answered", "replied")
+
+
+async def test_a_delegating_task_that_asks_streams_its_log_in_order_and_replies(
     http: httpx.AsyncClient, scripted: ScriptedModelServer, store: SessionStore
 ) -> None:
     Conversation(
@@ -191,16 +188,17 @@ async def test_a_delegating_task_that_asks_streams_its_progress_in_order_and_rep
     task = await start(http, session, "Plan the trip service", "openai:gpt-gw")
     watcher = watch(http, task)
 
-    waiting = await watcher.until("waiting_for_user")
-    question = waiting.data["question"]
+    asked = await watcher.until("question_asked")
+    assert asked.data["headers"] == ["Database"]
+    # The card's question comes from the task, which opens it once the log says it asked.
+    state = await until_state(http, task, "waiting_for_user")
+    question = state["pending_question"]
+    assert question["id"] == asked.data["question_set_id"]
     assert [o["label"] for o in question["questions"][0]["options"]] == [
         "PostgreSQL",
         "SQLite",
         "Other",
     ]
-    state = (await http.get(f"/v1/tasks/{task}")).json()
-    assert state["status"] == "waiting_for_user"
-    assert state["pending_question"]["id"] == question["id"]
 
     answered = await http.post(f"/v1/tasks/{task}/answer", json={"answers": {"q1": ["PostgreSQL"]}})
     assert answered.status_code == 200, answered.text
@@ -211,24 +209,26 @@ async def test_a_delegating_task_that_asks_streams_its_progress_in_order_and_rep
         "status": "answered",
     }
 
-    assert await watcher.finished() == [
+    types = await watcher.finished()
+    assert [t for t in types if t in MAIN_STEPS] == [
         "round_started",
         "delegated",
-        "branch_finished",
-        "branch_finished",
         "round_started",
-        "waiting_for_user",
+        "question_asked",
         "question_answered",
         "replied",
     ]
+    assert Counter(types)["branch_started"] == Counter(types)["branch_finished"] == 2
     assert watcher.status == 200
     by_type = {e.type: e for e in watcher.events}
-    assert by_type["delegated"].data["branches"] == 2
+    assert by_type["delegated"].data["subtasks"] == 2
+    assert by_type["delegated"].data["types"] == ["general", "general"]
     assert {e.data["status"] for e in watcher.events if e.type == "branch_finished"} == {
         "completed"
     }
     assert [e.data["round"] for e in watcher.events if e.type == "round_started"] == [0, 1]
-    assert by_type["replied"].data["reply"] == "Lisbon, on PostgreSQL."
+    assert by_type["question_answered"].data["question_set_id"] == question["id"]
+    assert by_type["replied"].data["chars"] == len("Lisbon, on PostgreSQL.")
 
     state = (await http.get(f"/v1/tasks/{task}")).json()
     assert state["status"] == "replied" and state["reply"] == "Lisbon, on PostgreSQL."
@@ -239,42 +239,8 @@ async def test_a_delegating_task_that_asks_streams_its_progress_in_order_and_rep
     assert f"task:{task}:reply" in [m["id"] for m in messages]
     later = (await http.get(f"/v1/sessions/{session}/messages?after=1")).json()["messages"]
     assert [m["seq"] for m in later] == [m["seq"] for m in messages[1:]]
-
-
-async def test_a_reconnecting_client_resumes_after_the_last_event_it_saw(
-    http: httpx.AsyncClient, scripted: ScriptedModelServer
-) -> None:
-    Conversation([delegate("One", "Two"), final("done")], answer_branch, branches=2).install(
-        scripted, "gpt-gw-resume"
-    )
-    task = await start(http, session_id(), "resume", "openai:gpt-gw-resume")
-    first = watch(http, task)
-    full = await first.finished()
-    delegated = next(e for e in first.events if e.type == "delegated")
-
-    resumed = watch(http, task, headers={"Last-Event-ID": delegated.id or ""})
-    assert await resumed.finished() == full[full.index("delegated") + 1 :]
-    ended = await http.get(f"/v1/tasks/{task}/progress", headers={"Last-Event-ID": "end"})
-    assert ended.status_code == 204, "an EventSource stops reconnecting on 204"
-
-
-async def test_streams_of_one_task_share_one_poller(
-    http: httpx.AsyncClient, gateway: Gateway, scripted: ScriptedModelServer
-) -> None:
-    scripted.script("gpt-gw-share", ask(DATABASE), final("shared"))
-    task = await start(http, session_id(), "share", "openai:gpt-gw-share")
-    watchers = [watch(http, task) for _ in range(3)]
-    for w in watchers:
-        await w.until("waiting_for_user")
-    poller = gateway.app.state.progress.watch_of(task)
-    assert poller is not None and len(poller.subscribers) == 3
-
-    answered = await http.post(f"/v1/tasks/{task}/answer", json={"answers": {"q1": "SQLite"}})
-    assert answered.status_code == 200, answered.text
-    for w in watchers:
-        assert (await w.finished())[-1] == "replied"
-    assert [e.key for e in poller.log].count("end") == 1
-    assert gateway.app.state.progress.watch_of(task) is None, "the poller stops with the task"
+    gone = await http.get(f"/v1/tasks/{task}/progress")
+    assert gone.status_code == 404, "the stream polled from task state is gone: /events it is"
 
 
 async def test_the_event_log_streams_a_delegating_task_once_in_order_and_resumes_after_an_id(
@@ -323,18 +289,17 @@ async def test_the_event_log_streams_a_delegating_task_once_in_order_and_resumes
     assert bad.status_code == 422 and "sequence number" in bad.json()["detail"]
 
 
-@pytest.mark.parametrize("stream", ["events", "progress"])
 async def test_watching_a_task_adds_no_history_events(
-    http: httpx.AsyncClient, client: Client, scripted: ScriptedModelServer, stream: str
+    http: httpx.AsyncClient, client: Client, scripted: ScriptedModelServer
 ) -> None:
     tasks = {}
     for name in ("watched", "alone"):
-        model = f"gpt-gw-{name}-{stream}"
+        model = f"gpt-gw-{name}"
         Conversation(
             [delegate("A", "B"), ask(DATABASE), final("ok")], answer_branch, branches=2
         ).install(scripted, model)
         tasks[name] = await start(http, session_id(), "history", f"openai:{model}")
-    watcher = watch(http, tasks["watched"], stream)
+    watcher = watch(http, tasks["watched"])
     for task in tasks.values():
         await until_state(http, task, "waiting_for_user")
         reply = await http.post(f"/v1/tasks/{task}/answer", json={"answers": {"q1": ["SQLite"]}})
@@ -381,7 +346,7 @@ async def test_a_task_is_canceled_through_the_api_and_its_stream_says_so(
     session = session_id()
     task = await start(http, session, "cancel", "openai:gpt-gw-cancel")
     watcher = watch(http, task)
-    await watcher.until("waiting_for_user")
+    await watcher.until("question_asked")
 
     canceled = await http.post(f"/v1/tasks/{task}/cancel")
     assert canceled.status_code == 202, canceled.text
@@ -556,7 +521,6 @@ def requests(parked: str, ended: str, session: str) -> st.SearchStrategy[tuple[s
             st.none(),
         ),
         st.tuples(st.just("GET"), seg.map(lambda s: f"/v1/tasks/{s}/events"), st.none()),
-        st.tuples(st.just("GET"), seg.map(lambda s: f"/v1/tasks/{s}/progress"), st.none()),
         st.tuples(
             st.sampled_from(["PUT", "DELETE", "PATCH"]),
             st.sampled_from([f"/v1/tasks/{parked}", f"/v1/sessions/{session}/tasks"]),
@@ -641,7 +605,6 @@ async def test_a_configured_token_is_required_on_every_api_call(
             ("POST", "/v1/tasks/task-x-1/cancel", None),
             ("GET", f"/v1/sessions/{session}/messages", None),
             ("GET", "/v1/tasks/task-x-1/events", None),
-            ("GET", "/v1/tasks/task-x-1/progress", None),
             ("GET", "/v1/tasks", None),
             ("GET", "/v1/info", None),
         ]:
@@ -673,7 +636,6 @@ def test_the_openapi_document_lists_every_operation() -> None:
         "/v1/tasks/{task_id}/cancel",
         "/v1/sessions/{session_id}/messages",
         "/v1/tasks/{task_id}/events",
-        "/v1/tasks/{task_id}/progress",
         "/v1/tasks",
         "/v1/info",
     }

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contracts", ("errands.contracts",)),
     ("agent", ("errands.agent",)),
     ("adapters", ("errands.adapters", "errands.settings")),
-    ("client", ("errands.client", "errands.progress")),
+    ("client", ("errands.client",)),
     ("gateway", ("errands.gateway",)),
     ("composition", ("errands.plugin", "errands.workers")),
     ("cli", ("errands.cli",)),

@@ -50,7 +50,7 @@ async def run(args: argparse.Namespace) -> int:
                 print(handle.task_id)
             return 0
         note(f"errands: task {handle.task_id} in session {session}")
-        state = await follow(handle, timeout=None, progress=True)
+        state = await follow(handle, timeout=None, steps=True)
     if not settings.temporal_address:
         note(f"Temporal UI: {ui_url(settings, handle.task_id)} (while `errands dev` runs)")
     print_state(state, args.json)
@@ -72,7 +72,7 @@ async def wait(args: argparse.Namespace) -> int:
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:
         try:
-            state = await follow(client.task(args.task), timeout=args.timeout, progress=False)
+            state = await follow(client.task(args.task), timeout=args.timeout, steps=False)
         except TimeoutError:
             raise InvalidRequest(
                 f"task {args.task} did not end within {args.timeout:g} s; it goes on running "

@@ -1,5 +1,5 @@
-"""What the CLI prints: a task's state, a pending question or approval with the commands that
-answer it."""
+"""What the CLI prints: a task's state, its events as ``errands run`` and ``errands watch`` show
+them, a pending question or approval with the commands that answer it."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def question_text(task_id: str, pending: dict[str, Any]) -> str:
 
 
 def approval_text(task_id: str, pending: dict[str, Any]) -> str:
-    """A tool call waiting for approval (``pending_approval`` of the status), with the commands
-    that answer it."""
+    """A tool call waiting for approval (``pending_approval`` of the status, or the fields of an
+    ``approval_requested`` event), with the commands that answer it."""
     lines = [f"{pending['tool']} ({pending['where']}) waits for your approval:"]
     if pending.get("why"):
         lines.append(f"    why: {pending['why']}")
@@ -64,6 +64,53 @@ def approval_text(task_id: str, pending: dict[str, Any]) -> str:
     lines.append(f"approve with: errands approve {shlex.quote(task_id)}{always}")
     lines.append(f"deny with:    errands deny {shlex.quote(task_id)} [--reason TEXT]")
     return "\n".join(lines)
+
+
+def step_line(event: StoredEvent, types: dict[tuple[int, int], str]) -> str | None:
+    """What ``errands run`` prints of one event of the log while the task works (None: nothing):
+    its rounds, its delegation, each branch's start and end, its tool calls, a retried model
+    call, a summary of earlier messages, what became of a message sent to it. ``types``: each
+    branch's subtask type by (round, ordinal), filled from the ``delegated`` events."""
+    e = event.data
+    if event.type == "round_started":
+        return f"  round {e['round']}"
+    if event.type == "delegated":
+        for ordinal, type_ in enumerate(e.get("types") or [], 1):
+            types[(e["round"], ordinal)] = type_
+        reply = f": {e['reply']}" if e.get("reply") else ""
+        return f"  round {e['round']}: {e['subtasks']} subtasks{reply}"
+    if event.type == "branch_started":
+        return f"  {_branch(e['round'], e['ordinal'], types)} started"
+    if event.type == "branch_finished":
+        types.setdefault((e["round"], e["ordinal"]), e.get("subtask_type") or "")
+        return f"  {_branch(e['round'], e['ordinal'], types)} {e['status']}"
+    if event.type == "tool_requested":
+        return f"  {_where(e['where'], types)}: {e['tool']}"
+    if event.type == "tool_denied":
+        return f"  {_where(e['where'], types)}: {e['tool']} not run ({e['reason']})"
+    if event.type == "tool_finished" and e.get("is_error"):
+        return f"  {_where(e['where'], types)}: {e['tool']} answered with an error"
+    if event.type == "model_call_started" and e.get("attempt", 1) > 1:
+        where = _where(e["where"], types)
+        return f"  {where}: {e['model']} again (attempt {e['attempt']})"
+    if event.type == "compaction":
+        return f"  {_where(e['where'], types)}: earlier messages summarised"
+    if event.type == "message_delivered":
+        return f"  your message {e['message_id']}: {e['outcome']}"
+    return None
+
+
+def _branch(round_: int, ordinal: int, types: dict[tuple[int, int], str]) -> str:
+    type_ = types.get((round_, ordinal))
+    return f"round {round_} · subtask {ordinal}" + (f" ({type_})" if type_ else "")
+
+
+def _where(where: str, types: dict[tuple[int, int], str]) -> str:
+    """An event's ``where`` (``main`` or ``r{round}/b{ordinal}``) as the lines say it."""
+    round_, _, ordinal = where.partition("/")
+    if where == "main" or not (round_[1:].isdigit() and ordinal[1:].isdigit()):
+        return where
+    return _branch(int(round_[1:]), int(ordinal[1:]), types)
 
 
 def event_line(event: StoredEvent) -> str:

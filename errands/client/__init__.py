@@ -5,8 +5,8 @@ Python program go through it).
 
     client = await errands.Client.connect()            # TEMPORAL_ADDRESS, or `errands dev`
     task = await client.start("Compare three databases", session="s1")
-    async for event in task.progress():                 # round_started, delegated, …, replied
-        ...
+    async for event in task.events():                   # the event log: docs/events.md
+        print(event.seq, event.type, event.data)        # task_started, …, replied
     result = await task.wait()                          # a TaskResult, whatever the outcome
     result.raise_for_status()                           # TaskFailed unless it replied
 

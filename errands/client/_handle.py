@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,12 +25,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from errands.client._queued import ENDED, start_next
 from errands.client._refusals import ending, innermost, kind_of, no_worker, polled, refusal
-from errands.contracts import ids, search
+from errands.contracts import search
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
 from errands.contracts.limits import SIDE_TIMEOUT_SECONDS
-from errands.contracts.messages import StoredMessage
 from errands.contracts.workflows import (
     AnswerReceipt,
     MessageReceipt,
@@ -49,7 +48,6 @@ from errands.errors import (
     TaskNotFound,
     Unavailable,
 )
-from errands.progress import ProgressEvent, Snapshot, Tracker, last_round
 
 if TYPE_CHECKING:
     from errands.client._client import Client
@@ -146,28 +144,6 @@ class TaskHandle:
         description = await self._running("there is no question to answer")
         pending: dict[str, Any] | None = await self._query(description, "pending_question")
         return pending
-
-    async def progress(self, *, interval: float = 0.25) -> AsyncIterator[ProgressEvent]:
-        """The task's progress events from its start, then live, until it ends (the last event
-        carries its result). Reading adds nothing to the task's history. While the task cannot
-        be read (no worker, Temporal down) an ``unavailable`` note is yielded once per outage
-        and reading goes on."""
-        tracker, failures = Tracker(), 0
-        while True:
-            try:
-                snap = await self._snapshot()
-            except Unavailable as error:
-                failures += 1
-                if failures == 1:
-                    yield tracker.unavailable(error.message)
-                await asyncio.sleep(min(5.0, interval * 2**failures))
-                continue
-            failures = 0
-            for event in tracker.update(snap):
-                yield event
-            if snap.ended:
-                return
-            await asyncio.sleep(interval)
 
     async def events_after(self, after: int = 0, *, limit: int = 1000) -> list[StoredEvent]:
         """The events of the task's log written so far with ``seq > after`` (at most ``limit``)."""
@@ -523,35 +499,6 @@ class TaskHandle:
                 "phase": status,
                 "pending_question": None,
             }
-        )
-
-    async def _snapshot(self) -> Snapshot:
-        """What the task looks like now; reads only, so its history does not grow."""
-        description = await self._describe()
-        live = None
-        if description.status == WorkflowExecutionStatus.RUNNING:
-            live = await self._live(description)
-            if live is None:
-                description = await self._describe()
-        result = live or await self._closed(description)
-        rows: list[StoredMessage] = []
-        store = await asyncio.to_thread(self._client._reader, False)
-        if store is not None and result.session_id:
-            rows = await asyncio.to_thread(
-                store.list_by_prefix, result.session_id, ids.branch_rows_prefix(self.task_id)
-            )
-        if live is not None:
-            return Snapshot(
-                status=live.status,
-                round=live.round,
-                phase=live.phase,
-                pending=live.pending_question,
-                approval=live.pending_approval,
-                state=live.public(),
-                rows=rows,
-            )
-        return Snapshot(
-            status=result.status, round=last_round(rows), state=result.public(), rows=rows
         )
 
     async def _ask_finished(self, closed: TaskResult, question: str) -> SideAnswer:

@@ -80,7 +80,12 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "superseded": "true on the marker a retried attempt writes first (text empty): drop "
         "what the step's earlier attempts wrote; false on every other delta",
     },
-    "delegated": {"round": _ROUND, "subtasks": "how many", "reply": "the acknowledgement"},
+    "delegated": {
+        "round": _ROUND,
+        "subtasks": "how many",
+        "types": "each subtask's type, in order (absent in logs written before it)",
+        "reply": "the acknowledgement",
+    },
     "branch_started": {"round": _ROUND, "ordinal": "the subtask (1, 2, …)"},
     "branch_finished": {
         "round": _ROUND,

@@ -1,5 +1,5 @@
 """The HTTP gateway (``errands serve``): the CLI's operations as JSON with an OpenAPI document at
-``/openapi.json``, live progress as server-sent events, and a web page at ``/``.
+``/openapi.json``, a task's event log as server-sent events, and a web page at ``/``.
 
 ::
 
@@ -19,11 +19,9 @@ only binds to loopback. Refusals are 4xx with ``{"detail": "<what to fix>"}``.
 
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
-from errands.gateway._progress import ProgressHub
 from errands.gateway._serve import check_binding, serve, serving
 
 __all__ = [
-    "ProgressHub",
     "check_binding",
     "create_app",
     "is_loopback",

@@ -1,5 +1,5 @@
-"""The HTTP gateway: every operation of the CLI as JSON, a task's event log (and its polled
-progress) as server-sent events, and the web page. ``create_app`` builds it around an
+"""The HTTP gateway: every operation of the CLI as JSON, a task's event log as server-sent
+events, and the web page. ``create_app`` builds it around an
 ``errands.Client``; every handler is a call of it, and every refusal one of ``errands.errors``
 (mapped to a status in ``_errors``)."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -43,8 +42,6 @@ from errands.gateway._models import (
     TaskList,
     TaskOut,
 )
-from errands.gateway._progress import ProgressHub
-from errands.progress import ProgressEvent
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -67,30 +64,18 @@ REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(client: Client, *, token: str | None, progress_interval: float = 0.25) -> FastAPI:
+def create_app(client: Client, *, token: str | None) -> FastAPI:
     """The gateway. ``token``: require ``Authorization: Bearer <token>`` on every API call (the
-    page and the OpenAPI document stay public; they hold no data). ``progress_interval``:
-    seconds between reads of a watched task."""
-    hub = ProgressHub(client, interval=progress_interval)
+    page and the OpenAPI document stay public; they hold no data)."""
     guard = BearerGuard(token)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            await hub.aclose()
-
     app = FastAPI(
         title="errands gateway",
         version="1",
         description="Start tasks, follow them live, answer their questions, ask side questions.",
         docs_url=None,  # the interactive docs load scripts from a CDN; the document is enough
         redoc_url=None,
-        lifespan=lifespan,
         redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
-    app.state.progress = hub
     install_handlers(app)
     api = [Depends(guard)]
 
@@ -266,33 +251,6 @@ def create_app(client: Client, *, token: str | None, progress_interval: float = 
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    @app.get(
-        "/v1/tasks/{task_id}/progress",
-        responses={
-            200: {"content": {"text/event-stream": {}}, "description": "Progress events"},
-            **REFUSALS,
-        },
-        response_class=StreamingResponse,
-        dependencies=api,
-        summary="The task's progress, polled from its state, as server-sent events",
-        description="Events: round_started, waiting_for_user, question_answered, delegated, "
-        "branch_finished, phase (what `errands status` says it does, such as waiting for a "
-        "provider), then one of replied, failed, canceled (the stream ends). Each event's id is "
-        "stable: send it back as Last-Event-ID to resume after it.",
-    )
-    async def progress(
-        task_id: TaskId,
-        last_event_id: Annotated[str | None, Header(max_length=300)] = None,
-    ) -> Response:
-        await client.task(task_id).describe()  # an unknown task is a 404, not an empty stream
-        if last_event_id == "end":
-            return Response(status_code=204)  # tells an EventSource not to reconnect
-        return StreamingResponse(
-            _progress(hub, task_id, last_event_id),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
@@ -338,19 +296,3 @@ async def _log(handle: TaskHandle, after: int) -> AsyncIterator[str]:
     finally:
         nxt.cancel()
         await reading.aclose()
-
-
-async def _progress(
-    hub: ProgressHub, task_id: str, last_event_id: str | None
-) -> AsyncIterator[str]:
-    yield "retry: 2000\n\n"
-    async with hub.subscribe(task_id, after=last_event_id) as queue:
-        while True:
-            try:
-                event: ProgressEvent | None = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                yield ": keep-alive\n\n"  # keeps proxies from closing an idle stream
-                continue
-            if event is None:
-                return
-            yield event.sse()

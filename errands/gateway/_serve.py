@@ -24,7 +24,7 @@ from errands.settings import Settings
 log = logging.getLogger("errands.gateway")
 
 GRACEFUL_SECONDS = 3
-"""Open progress streams are cut after this long at shutdown instead of holding it up."""
+"""Open event streams are cut after this long at shutdown instead of holding it up."""
 
 
 def check_binding(host: str, token: str | None) -> None:
