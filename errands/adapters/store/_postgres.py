@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, Self
 
 import psycopg
@@ -22,21 +22,22 @@ from psycopg.types.json import Jsonb
 
 from errands.adapters.store._migrations import migrate_postgres
 from errands.adapters.store._pool import Pool
+from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
 from errands.errors import StoreUnavailable
 
-_COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
-_EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
 _POOL_SIZE = 8
 _CONNECT_TIMEOUT_S = 10
 
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-class PostgresStore:
+class PostgresStore(SqlReads):
     """A :class:`~errands.adapters.store.SessionStore` on PostgreSQL, in the URL's current
     schema."""
+
+    PLACEHOLDER = "%s"
 
     def __init__(self, url: str) -> None:
         self._url = url
@@ -87,7 +88,7 @@ class PostgresStore:
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
-            existing = _select_one(conn, message.id)
+            existing = self._select_one(conn, message.id)
             if existing is not None:
                 return existing
             with conn.transaction():
@@ -98,10 +99,10 @@ class PostgresStore:
                 # ON CONFLICT covers the same id appended under another session at the same
                 # moment, the one race the session lock does not serialize.
                 row = conn.execute(
-                    f"INSERT INTO messages ({_COLUMNS}) VALUES (%s, %s,"
+                    f"INSERT INTO messages ({COLUMNS}) VALUES (%s, %s,"
                     " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = %s),"
                     " %s, %s, %s, %s, %s, %s, clock_timestamp())"
-                    f" ON CONFLICT (id) DO NOTHING RETURNING {_COLUMNS}",
+                    f" ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
                     [
                         message.id,
                         message.session_id,
@@ -115,55 +116,23 @@ class PostgresStore:
                     ],
                 ).fetchone()
                 if row is None:
-                    stored = _select_one(conn, message.id)
+                    stored = self._select_one(conn, message.id)
                     assert stored is not None, (
                         "a conflicting row vanished from an append-only table"
                     )
                     return stored
                 self._insert_events(conn, events)
-                return _to_message(row)
-
-    def get(self, message_id: str) -> StoredMessage | None:
-        with self._pool.connection() as conn:
-            return _select_one(conn, message_id)
-
-    def list_session(
-        self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
-    ) -> list[StoredMessage]:
-        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND seq > %s"
-        params: list[Any] = [session_id, after_seq]
-        if upto_seq is not None:
-            query += " AND seq <= %s"
-            params.append(upto_seq)
-        with self._pool.connection() as conn:
-            rows = conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [_to_message(row) for row in rows]
-
-    def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages WHERE session_id = %s AND kind = %s ORDER BY seq",
-                (session_id, kind),
-            ).fetchall()
-        return [_to_message(row) for row in rows]
+                return self._message(row)
 
     def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
         # starts_with, not LIKE: ids may hold LIKE's wildcards `_` and `%`.
         with self._pool.connection() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages"
+                f"SELECT {COLUMNS} FROM messages"
                 " WHERE session_id = %s AND starts_with(id, %s) ORDER BY seq",
                 [session_id, id_prefix],
             ).fetchall()
-        return [_to_message(row) for row in rows]
-
-    def last_seq(self, session_id: str) -> int:
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) AS seq FROM messages WHERE session_id = %s",
-                [session_id],
-            ).fetchone()
-        return int(row["seq"]) if row else 0
+        return [self._message(row) for row in rows]
 
     def put_decision(self, session_id: str, decision_id: str, record: dict[str, Any]) -> None:
         with self._pool.connection() as conn:
@@ -174,18 +143,9 @@ class PostgresStore:
                 [session_id, decision_id, Jsonb(record)],
             )
 
-    def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT decision_id, record FROM decisions WHERE session_id = %s"
-                " ORDER BY decision_id",
-                [session_id],
-            ).fetchall()
-        return {row["decision_id"]: row["record"] for row in rows}
-
     def append_event(self, event: NewEvent) -> StoredEvent:
         with self._pool.connection() as conn:
-            existing = _select_event(conn, event.task_id, event.key)
+            existing = self._select_event(conn, event.task_id, event.key)
             if existing is not None:
                 return existing
             with conn.transaction():
@@ -194,10 +154,10 @@ class PostgresStore:
                     [_lock_key("events", self.schema, event.task_id)],
                 )
                 row = conn.execute(
-                    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (%s,"
+                    f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (%s,"
                     " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = %s),"
                     " %s, %s, %s, %s, clock_timestamp())"
-                    f" ON CONFLICT (task_id, key) DO NOTHING RETURNING {_EVENT_COLUMNS}",
+                    f" ON CONFLICT (task_id, key) DO NOTHING RETURNING {EVENT_COLUMNS}",
                     [
                         event.task_id,
                         event.task_id,
@@ -208,10 +168,10 @@ class PostgresStore:
                     ],
                 ).fetchone()
             if row is None:
-                stored = _select_event(conn, event.task_id, event.key)
+                stored = self._select_event(conn, event.task_id, event.key)
                 assert stored is not None, "a conflicting event vanished from an append-only table"
                 return stored
-            return _to_event(row)
+            return self._event(row)
 
     def append_events(self, events: Sequence[NewEvent]) -> None:
         if events:
@@ -227,7 +187,7 @@ class PostgresStore:
             )
         for event in events:
             conn.execute(
-                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (%s,"
+                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (%s,"
                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = %s),"
                 " %s, %s, %s, %s, clock_timestamp()) ON CONFLICT (task_id, key) DO NOTHING",
                 [
@@ -240,17 +200,6 @@ class PostgresStore:
                 ],
             )
 
-    def list_events(
-        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
-    ) -> list[StoredEvent]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = %s AND seq > %s"
-                " ORDER BY seq LIMIT %s",
-                [task_id, after_seq, limit],
-            ).fetchall()
-        return [_to_event(row) for row in rows]
-
     def close(self) -> None:
         self._pool.close()
 
@@ -259,6 +208,22 @@ class PostgresStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @staticmethod
+    def _message(row: dict[str, Any]) -> StoredMessage:
+        fields = dict(row)
+        fields["created_at"] = _iso(fields["created_at"])
+        return StoredMessage.model_validate(fields)
+
+    @staticmethod
+    def _event(row: dict[str, Any]) -> StoredEvent:
+        fields = dict(row)
+        fields["at"] = _iso(fields["at"])
+        return StoredEvent.model_validate(fields)
+
+    @staticmethod
+    def _record(value: dict[str, Any]) -> dict[str, Any]:
+        return value
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._where()!r}, schema={self.schema!r})"
@@ -279,25 +244,5 @@ def _lock_key(*parts: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _select_one(conn: Conn, message_id: str) -> StoredMessage | None:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM messages WHERE id = %s", [message_id]).fetchone()
-    return None if row is None else _to_message(row)
-
-
-def _select_event(conn: Conn, task_id: str, key: str) -> StoredEvent | None:
-    row = conn.execute(
-        f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = %s AND key = %s", [task_id, key]
-    ).fetchone()
-    return None if row is None else _to_event(row)
-
-
-def _to_event(row: dict[str, Any]) -> StoredEvent:
-    fields = dict(row)
-    fields["at"] = fields["at"].astimezone(UTC).isoformat(timespec="microseconds")
-    return StoredEvent.model_validate(fields)
-
-
-def _to_message(row: dict[str, Any]) -> StoredMessage:
-    fields = dict(row)
-    fields["created_at"] = fields["created_at"].astimezone(UTC).isoformat(timespec="microseconds")
-    return StoredMessage.model_validate(fields)
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")

@@ -19,17 +19,18 @@ from typing import Any, Self
 
 from errands.adapters.store._migrations import migrate_sqlite
 from errands.adapters.store._pool import Pool
+from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
 
-_COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
-_EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
 _POOL_SIZE = 4
 _BUSY_TIMEOUT_S = 60.0
 
 
-class SqliteStore:
+class SqliteStore(SqlReads):
     """A :class:`~errands.adapters.store.SessionStore` on one SQLite file (WAL mode)."""
+
+    PLACEHOLDER = "?"
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path).expanduser()
@@ -73,17 +74,17 @@ class SqliteStore:
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
-            existing = _select_one(conn, message.id)
+            existing = self._select_one(conn, message.id)
         if existing is not None:
             return existing
         with self._write() as conn:
-            existing = _select_one(conn, message.id)
+            existing = self._select_one(conn, message.id)
             if existing is not None:
                 return existing
             rows = conn.execute(
-                f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?,"
+                f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?,"
                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),"
-                f" ?, ?, ?, ?, ?, ?, ?) RETURNING {_COLUMNS}",
+                f" ?, ?, ?, ?, ?, ?, ?) RETURNING {COLUMNS}",
                 (
                     message.id,
                     message.session_id,
@@ -98,48 +99,17 @@ class SqliteStore:
                 ),
             ).fetchall()
             _insert_events(conn, events)
-            return _to_message(rows[0])
-
-    def get(self, message_id: str) -> StoredMessage | None:
-        with self._pool.connection() as conn:
-            return _select_one(conn, message_id)
-
-    def list_session(
-        self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
-    ) -> list[StoredMessage]:
-        query = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND seq > ?"
-        params: list[Any] = [session_id, after_seq]
-        if upto_seq is not None:
-            query += " AND seq <= ?"
-            params.append(upto_seq)
-        with self._pool.connection() as conn:
-            rows = conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [_to_message(row) for row in rows]
-
-    def list_kind(self, session_id: str, kind: str) -> list[StoredMessage]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages WHERE session_id = ? AND kind = ? ORDER BY seq",
-                (session_id, kind),
-            ).fetchall()
-        return [_to_message(row) for row in rows]
+            return self._message(rows[0])
 
     def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
         # Not LIKE: SQLite's LIKE ignores ASCII case and ids may hold its wildcards `_` and `%`.
         with self._pool.connection() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM messages"
+                f"SELECT {COLUMNS} FROM messages"
                 " WHERE session_id = ? AND substr(id, 1, length(?)) = ? ORDER BY seq",
                 (session_id, id_prefix, id_prefix),
             ).fetchall()
-        return [_to_message(row) for row in rows]
-
-    def last_seq(self, session_id: str) -> int:
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()
-        return int(row[0])
+        return [self._message(row) for row in rows]
 
     def put_decision(self, session_id: str, decision_id: str, record: dict[str, Any]) -> None:
         with self._write() as conn:
@@ -150,28 +120,19 @@ class SqliteStore:
                 (session_id, decision_id, _dump(record), _now()),
             )
 
-    def list_decisions(self, session_id: str) -> dict[str, dict[str, Any]]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT decision_id, record FROM decisions WHERE session_id = ?"
-                " ORDER BY decision_id",
-                (session_id,),
-            ).fetchall()
-        return {row["decision_id"]: json.loads(row["record"]) for row in rows}
-
     def append_event(self, event: NewEvent) -> StoredEvent:
         with self._pool.connection() as conn:
-            existing = _select_event(conn, event.task_id, event.key)
+            existing = self._select_event(conn, event.task_id, event.key)
         if existing is not None:
             return existing
         with self._write() as conn:
-            existing = _select_event(conn, event.task_id, event.key)
+            existing = self._select_event(conn, event.task_id, event.key)
             if existing is not None:
                 return existing
             rows = conn.execute(
-                f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,"
                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
-                f" ?, ?, ?, ?, ?) RETURNING {_EVENT_COLUMNS}",
+                f" ?, ?, ?, ?, ?) RETURNING {EVENT_COLUMNS}",
                 (
                     event.task_id,
                     event.task_id,
@@ -182,23 +143,12 @@ class SqliteStore:
                     _now(),
                 ),
             ).fetchall()
-            return _to_event(rows[0])
+            return self._event(rows[0])
 
     def append_events(self, events: Sequence[NewEvent]) -> None:
         if events:
             with self._write() as conn:
                 _insert_events(conn, events)
-
-    def list_events(
-        self, task_id: str, *, after_seq: int = 0, limit: int = 1000
-    ) -> list[StoredEvent]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (task_id, after_seq, limit),
-            ).fetchall()
-        return [_to_event(row) for row in rows]
 
     def close(self) -> None:
         self._pool.close()
@@ -211,6 +161,22 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
+
+    @staticmethod
+    def _message(row: sqlite3.Row) -> StoredMessage:
+        fields = dict(row)
+        fields["meta"] = json.loads(fields["meta"])
+        return StoredMessage.model_validate(fields)
+
+    @staticmethod
+    def _event(row: sqlite3.Row) -> StoredEvent:
+        fields = dict(row)
+        fields["data"] = json.loads(fields["data"])
+        return StoredEvent.model_validate(fields)
+
+    @staticmethod
+    def _record(value: str) -> dict[str, Any]:
+        return dict(json.loads(value))
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
@@ -231,22 +197,11 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-def _select_one(conn: sqlite3.Connection, message_id: str) -> StoredMessage | None:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,)).fetchone()
-    return None if row is None else _to_message(row)
-
-
-def _to_message(row: sqlite3.Row) -> StoredMessage:
-    fields = dict(row)
-    fields["meta"] = json.loads(fields["meta"])
-    return StoredMessage.model_validate(fields)
-
-
 def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
     """Each event at its task's next seq, unless its key is taken (inside a write)."""
     for event in events:
         conn.execute(
-            f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,"
+            f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,"
             " (SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE task_id = ?),"
             " ?, ?, ?, ?, ?) ON CONFLICT (task_id, key) DO NOTHING",
             (
@@ -259,19 +214,6 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None
                 _now(),
             ),
         )
-
-
-def _select_event(conn: sqlite3.Connection, task_id: str, key: str) -> StoredEvent | None:
-    row = conn.execute(
-        f"SELECT {_EVENT_COLUMNS} FROM events WHERE task_id = ? AND key = ?", (task_id, key)
-    ).fetchone()
-    return None if row is None else _to_event(row)
-
-
-def _to_event(row: sqlite3.Row) -> StoredEvent:
-    fields = dict(row)
-    fields["data"] = json.loads(fields["data"])
-    return StoredEvent.model_validate(fields)
 
 
 def _dump(value: dict[str, Any]) -> str:
