@@ -1,8 +1,9 @@
-"""Every side effect of errands: store reads and writes, model calls, tool runs."""
+"""Every side effect of errands: store reads and writes, model calls, tool calls."""
 
 from activities._consult import ConsultActivities
 from activities._model import ModelActivities
 from activities._session import SessionActivities
+from activities._tool_calls import ToolActivities
 from activities._tools import McpTools
 
 MODEL_CALLS = frozenset({"round_step", "branch_step", "consult_advisor", "answer_side_question"})
@@ -17,4 +18,5 @@ __all__ = [
     "McpTools",
     "ModelActivities",
     "SessionActivities",
+    "ToolActivities",
 ]

@@ -36,6 +36,7 @@ from activities import (
     McpTools,
     ModelActivities,
     SessionActivities,
+    ToolActivities,
 )
 from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.adapters.routing import ModelRouter
@@ -194,6 +195,7 @@ def build_activities(
     session = SessionActivities(store, types)
     mcp = McpTools(store, mcp_servers or {})
     models = ModelActivities(store, router, types, mcp, tools)
+    tool_calls = ToolActivities(store, types, mcp, tools)
     consult = ConsultActivities(store, router, types, tools)
     return [
         session.open_task,
@@ -211,8 +213,8 @@ def build_activities(
         models.round_step,
         models.open_branch,
         models.branch_step,
-        models.run_branch_tool,
-        models.run_round_tool,
+        tool_calls.run_branch_tool,
+        tool_calls.run_round_tool,
         consult.consult_advisor,
         consult.answer_side_question,
     ]

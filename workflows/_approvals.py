@@ -6,18 +6,34 @@ The task shows the first waiting call as its ``pending_approval`` and answers it
 ``answer_approval`` update or the ``submit_approval`` signal; the verdict goes back to whoever
 waits (the task itself, or the branch). A call nobody answers in time is withdrawn by its waiter
 and told to the model as not approved.
+
+The handlers live on the workflow class (Temporal needs them there); they and the round loop go
+through ``PendingApprovals``, which changes only the calls waiting and says what happened. What
+the task shows meanwhile (its state, its search attributes) stays the workflow's to set.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities import SessionActivities
     from errands.agent import approvals
     from errands.contracts import ids
-    from errands.contracts.approvals import ApprovalNeed, ApprovalRequest, Verdict
+    from errands.contracts.activities import RememberApprovalInput
+    from errands.contracts.approvals import (
+        ApprovalAnswer,
+        ApprovalNeed,
+        ApprovalRequest,
+        Verdict,
+    )
+    from errands.contracts.workflows import TaskState
+    from errands.errors import AnswerRejected
+    from workflows._options import store_call
 
 REQUEST_SIGNAL = "request_approval"
 WITHDRAW_SIGNAL = "withdraw_approval"
@@ -56,3 +72,101 @@ def request_for(need: ApprovalNeed, step: int, where: str, hours: float) -> Appr
         requester=own,
         expires_at=workflow.now() + timedelta(hours=hours),
     )
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A waiting call the user answered: the request, and the verdict its waiter gets."""
+
+    request: ApprovalRequest
+    answer: ApprovalAnswer
+    verdict: Verdict
+
+
+class PendingApprovals:
+    """The task's calls waiting for approval (kept in ``TaskState``, so they travel with a
+    continue-as-new) and the verdicts on the task's own calls."""
+
+    def __init__(self, state: TaskState) -> None:
+        self._state = state
+        self.verdicts = Verdicts()
+
+    @property
+    def waiting(self) -> list[ApprovalRequest]:
+        """Oldest first."""
+        return self._state.approvals
+
+    def view(self) -> dict[str, Any] | None:
+        """The first waiting call, as the ``pending_approval`` query shows it."""
+        return self.waiting[0].view() if self.waiting else None
+
+    def find(self, approval_id: str) -> ApprovalRequest | None:
+        return next((r for r in self.waiting if r.approval_id == approval_id), None)
+
+    def add(self, request: ApprovalRequest) -> bool:
+        """Whether ``request`` is new (a repeated signal adds nothing)."""
+        if self.find(request.approval_id) is not None:
+            return False
+        self._state.approvals.append(request)
+        return True
+
+    def drop(self, approval_id: str) -> ApprovalRequest | None:
+        """The call that waited under ``approval_id``, if one did; it waits no more."""
+        dropped = self.find(approval_id)
+        self._state.approvals = [r for r in self.waiting if r.approval_id != approval_id]
+        return dropped
+
+    def drop_requested_by(self, requester: str) -> list[ApprovalRequest]:
+        """The calls of ``requester`` (a branch that ended) that waited; they wait no more."""
+        dropped = [r for r in self.waiting if r.requester == requester]
+        if dropped:
+            self._state.approvals = [r for r in self.waiting if r.requester != requester]
+        return dropped
+
+    def check(self, answer: ApprovalAnswer, task_id: str) -> None:
+        """Raise ``AnswerRejected`` unless ``answer`` can settle a waiting call now."""
+        request = self.find(answer.approval_id)
+        if request is None:
+            waiting = ", ".join(r.approval_id for r in self.waiting) or "none"
+            raise AnswerRejected(
+                f"task {task_id} has no tool call waiting for approval {answer.approval_id!r} "
+                f"(waiting: {waiting}); check `errands status {task_id}`"
+            )
+        if workflow.now() >= request.expires_at:
+            raise AnswerRejected(
+                f"the call of {request.tool} waited for approval until "
+                f"{request.expires_at.isoformat()} and is no longer waiting; it was not run"
+            )
+        if answer.decision == "approve_always" and request.policy != "ask":
+            raise AnswerRejected(
+                f"{request.tool} asks before every call (approval 'always'): approve this call "
+                "once, or deny it"
+            )
+
+    def settle(self, answer: ApprovalAnswer) -> Settled | None:
+        """Take the user's answer off the waiting call (None: answered meanwhile, by another
+        update or signal). A verdict on the task's own call is kept here for its waiter."""
+        request = self.drop(answer.approval_id)
+        if request is None:
+            return None
+        denial = (
+            approvals.denied(request.tool, answer.reason) if answer.decision == "deny" else None
+        )
+        verdict = Verdict(approval_id=request.approval_id, denial=denial)
+        if request.requester == workflow.info().workflow_id:
+            self.verdicts.put(verdict)
+        return Settled(request=request, answer=answer, verdict=verdict)
+
+
+async def deliver(settled: Settled, session_id: str) -> None:
+    """Send a branch its verdict, and remember an approve-always for the session."""
+    request = settled.request
+    if request.requester != workflow.info().workflow_id:
+        await workflow.get_external_workflow_handle(request.requester).signal(
+            VERDICT_SIGNAL, settled.verdict
+        )
+    if settled.answer.decision == "approve_always":
+        await store_call(
+            SessionActivities.remember_approval,
+            RememberApprovalInput(session_id=session_id, tool=request.tool),
+        )

@@ -67,3 +67,11 @@ def settled(message: str) -> str:
     """``message`` once nothing will try again: the provider classifier writes its errors for
     an attempt that will be retried, which a task or branch that gave up must not repeat."""
     return _WILL_RETRY.sub("retrying did not help", message)
+
+
+def attempts_failed(error: BaseException, max_attempts: int) -> str:
+    """Why a work-tool call whose every attempt failed (its worker kept dying) has no result,
+    for the model to read. A cancellation is raised on, as by ``describe``."""
+    failure = describe(error, max_attempts)
+    tries = "attempt" if failure.attempts == 1 else "attempts"
+    return f"{failure.attempts} {tries} failed: {settled(failure.message)}"

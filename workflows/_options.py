@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from errands.errors import NON_RECOVERABLE
@@ -53,6 +54,53 @@ instead of a round trip through the server each. Runs started before it replay t
 
 ArgT = TypeVar("ArgT")
 OutT = TypeVar("OutT")
+
+
+def model_step(
+    method: Callable[[Any, ArgT], Awaitable[OutT]],
+    arg: ArgT,
+    *,
+    timeout_seconds: float,
+    heartbeat_seconds: float,
+    max_attempts: int,
+    task_queue: str | None,
+    summary: str,
+) -> Awaitable[OutT]:
+    """A model step of the main agent or a branch: on the model's clock and queue, retried
+    (transient errors) by Temporal, never past a non-recoverable one."""
+    return workflow.execute_activity_method(
+        method,
+        arg,
+        start_to_close_timeout=timedelta(seconds=timeout_seconds),
+        heartbeat_timeout=timedelta(seconds=heartbeat_seconds),
+        task_queue=task_queue,
+        retry_policy=model_retry(max_attempts),
+        summary=summary,
+    )
+
+
+def tool_run(
+    method: Callable[[Any, ArgT], Awaitable[OutT]],
+    arg: ArgT,
+    *,
+    timeout_seconds: float,
+    heartbeat_seconds: float,
+    max_attempts: int,
+    summary: str,
+) -> Awaitable[OutT]:
+    """A work-tool call of the main agent or a branch. The tool's own timeout fires first and
+    is reported to the model; this one stops an attempt whose worker hangs past it. A cancelled
+    workflow waits for the call to store its cancelled result, so its own clean-up never
+    writes one while the tool still runs."""
+    return workflow.execute_activity_method(
+        method,
+        arg,
+        start_to_close_timeout=timedelta(seconds=timeout_seconds + 30),
+        heartbeat_timeout=timedelta(seconds=heartbeat_seconds),
+        retry_policy=tool_retry(max_attempts),
+        cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        summary=summary,
+    )
 
 
 async def store_call(method: Callable[[Any, ArgT], Awaitable[OutT]], arg: ArgT) -> OutT:

@@ -8,24 +8,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ModelActivities, SessionActivities
+    from activities import ModelActivities, SessionActivities, ToolActivities
     from errands.agent import approvals, prompts
     from errands.contracts.activities import (
         BranchStepInput,
+        BranchStepOutput,
         OpenBranchInput,
         RecordBranchInput,
         RunToolInput,
         RunToolOutput,
     )
     from errands.contracts.approvals import ApprovalNeed, Verdict
-    from errands.contracts.messages import ModelUsage, UsageLedger
+    from errands.contracts.messages import UsageLedger
     from errands.contracts.subtasks import SubtaskDraft
     from errands.contracts.workflows import SubtaskInput, SubtaskResult, model_queue
     from workflows._approvals import (
@@ -35,8 +34,8 @@ with workflow.unsafe.imports_passed_through():
         Verdicts,
         request_for,
     )
-    from workflows._failures import describe, settled
-    from workflows._options import model_retry, run_is_long, store_call, tool_retry
+    from workflows._failures import attempts_failed, describe, settled
+    from workflows._options import model_step, run_is_long, store_call, tool_run
 
 TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
 """Patch: a tool call whose every attempt failed stores that as its result and the branch goes
@@ -69,82 +68,30 @@ class SubtaskWorkflow:
         if opening is not None and not merged:
             await store_call(ModelActivities.open_branch, opening)
         status, error, steps = "failed", "", data.first_step
-        heartbeat = timedelta(seconds=data.heartbeat_timeout_seconds)
         for step in range(data.first_step, data.step_limit):
-            if step > data.first_step and run_is_long(
-                continue_as_new=data.continue_as_new, max_history_events=data.max_history_events
-            ):
-                # A long step loop hands over to a fresh run; its thread is already in the store.
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(
-                    data.model_copy(
-                        update={
-                            "first_step": step,
-                            "usage": ledger.parts.get("branches", {}),
-                            "compaction": ledger.parts.get("compaction", {}),
-                        }
-                    )
-                )
+            if step > data.first_step:
+                await self._hand_over_if_long(data, step, ledger)
             steps += 1
-            try:
-                out = await workflow.execute_activity_method(
-                    ModelActivities.branch_step,
-                    BranchStepInput(
-                        thread_id=thread_id,
-                        step=step,
-                        task_id=data.task_id,
-                        session_id=data.session_id,
-                        model=data.model,
-                        subtask_type=data.subtask_type,
-                        last_step=step == data.step_limit - 1,
-                        max_output_tokens=data.max_output_tokens,
-                        open=opening if merged and step == data.first_step else None,
-                        record=record if merged else None,
-                    ),
-                    start_to_close_timeout=timedelta(seconds=data.model_timeout_seconds),
-                    heartbeat_timeout=heartbeat,
-                    task_queue=model_queue(data.model_task_queue, data.model),
-                    retry_policy=model_retry(data.model_max_attempts),
-                    summary=f"branch r{data.round}/b{data.ordinal} · step {step} · {data.model}",
-                )
-            except ActivityError as exc:
-                failure = describe(exc, data.model_max_attempts)
-                ledger.charge(
-                    "branches", data.model, calls=failure.attempts, failed_calls=failure.attempts
-                )
-                posture = (
-                    "a hiccup that may clear if retried later"
-                    if failure.transient
-                    else "a permanent error: retrying the same way will fail again"
-                )
-                error = (
-                    f"model call failed at step {step} ({failure.kind}; {posture}): "
-                    f"{settled(failure.message)}"
-                )
-                break
-            # A replayed step was written by an attempt that died before reporting: its usage
-            # was never charged, so it is charged now, from the stored step.
-            ledger.charge(
-                "branches", out.model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
+            step_input = BranchStepInput(
+                thread_id=thread_id,
+                step=step,
+                task_id=data.task_id,
+                session_id=data.session_id,
+                model=data.model,
+                subtask_type=data.subtask_type,
+                last_step=step == data.step_limit - 1,
+                max_output_tokens=data.max_output_tokens,
+                open=opening if merged and step == data.first_step else None,
+                record=record if merged else None,
             )
-            if out.compaction is not None:
-                ledger.merge("compaction", {out.model: out.compaction})
+            out = await self._step(data, step_input, ledger)
+            if isinstance(out, str):
+                error = out
+                break
             if out.tool_calls == 0:
                 status, error = "completed", ""
                 break
-            try:
-                verdicts = {
-                    need.index: await self._approval(data, step, need) for need in out.approvals
-                }
-                await self._run_tools(data, step, out.tool_calls, verdicts)
-            except asyncio.CancelledError:
-                # Every call of the step gets a result, so the thread never holds a call without
-                # one; a call that already has its result keeps it.
-                cancelled: dict[int, str | None] = dict.fromkeys(
-                    range(out.tool_calls), prompts.TOOL_CANCELLED
-                )
-                await self._run_tools(data, step, out.tool_calls, cancelled)
-                raise
+            await self._tool_calls(data, step, out)
         else:
             error = f"ran out of steps ({data.step_limit}) without a final answer"
         if status != "completed" or not merged:
@@ -153,14 +100,85 @@ class SubtaskWorkflow:
                 SessionActivities.record_branch,
                 self._record(data, thread_id, status, error or None),
             )
-        usage: dict[str, ModelUsage] = ledger.parts.get("branches", {})
         return SubtaskResult(
             status=status,  # type: ignore[arg-type]
             error=error or None,
             steps=steps,
-            usage=usage,
+            usage=ledger.parts.get("branches", {}),
             compaction=ledger.parts.get("compaction", {}),
         )
+
+    @staticmethod
+    async def _hand_over_if_long(data: SubtaskInput, step: int, ledger: UsageLedger) -> None:
+        """A long step loop hands over to a fresh run; its thread is already in the store."""
+        if not run_is_long(
+            continue_as_new=data.continue_as_new, max_history_events=data.max_history_events
+        ):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(
+            data.model_copy(
+                update={
+                    "first_step": step,
+                    "usage": ledger.parts.get("branches", {}),
+                    "compaction": ledger.parts.get("compaction", {}),
+                }
+            )
+        )
+
+    @staticmethod
+    async def _step(
+        data: SubtaskInput, step: BranchStepInput, ledger: UsageLedger
+    ) -> BranchStepOutput | str:
+        """One model step, charged to ``ledger``; or why the branch stops (its model failed)."""
+        try:
+            out = await model_step(
+                ModelActivities.branch_step,
+                step,
+                timeout_seconds=data.model_timeout_seconds,
+                heartbeat_seconds=data.heartbeat_timeout_seconds,
+                max_attempts=data.model_max_attempts,
+                task_queue=model_queue(data.model_task_queue, data.model),
+                summary=f"branch r{data.round}/b{data.ordinal} · step {step.step} · {data.model}",
+            )
+        except ActivityError as exc:
+            failure = describe(exc, data.model_max_attempts)
+            ledger.charge(
+                "branches", data.model, calls=failure.attempts, failed_calls=failure.attempts
+            )
+            posture = (
+                "a hiccup that may clear if retried later"
+                if failure.transient
+                else "a permanent error: retrying the same way will fail again"
+            )
+            return (
+                f"model call failed at step {step.step} ({failure.kind}; {posture}): "
+                f"{settled(failure.message)}"
+            )
+        # A replayed step was written by an attempt that died before reporting: its usage
+        # was never charged, so it is charged now, from the stored step.
+        ledger.charge(
+            "branches", out.model, out.usage, calls=out.attempt, failed_calls=out.attempt - 1
+        )
+        if out.compaction is not None:
+            ledger.merge("compaction", {out.model: out.compaction})
+        return out
+
+    async def _tool_calls(self, data: SubtaskInput, step: int, out: BranchStepOutput) -> None:
+        """The step's tool calls, those that need it approved by the user first."""
+        try:
+            verdicts = {
+                need.index: await self._approval(data, step, need) for need in out.approvals
+            }
+            await self._run_tools(data, step, out.tool_calls, verdicts)
+        except asyncio.CancelledError:
+            # Every call of the step gets a result, so the thread never holds a call without
+            # one; a call that already has its result keeps it.
+            cancelled: dict[int, str | None] = dict.fromkeys(
+                range(out.tool_calls), prompts.TOOL_CANCELLED
+            )
+            await self._run_tools(data, step, out.tool_calls, cancelled)
+            raise
 
     async def _approval(self, data: SubtaskInput, step: int, need: ApprovalNeed) -> str | None:
         """Put a call to the user through the task and wait: None when approved, else the text
@@ -188,8 +206,8 @@ class SubtaskWorkflow:
         result, so the branch goes on and its thread holds no call without a result."""
 
         def run(i: int, verdict: str | None) -> Awaitable[RunToolOutput]:
-            return workflow.execute_activity_method(
-                ModelActivities.run_branch_tool,
+            return tool_run(
+                ToolActivities.run_branch_tool,
                 RunToolInput(
                     thread_id=workflow.info().workflow_id,
                     step=step,
@@ -201,14 +219,9 @@ class SubtaskWorkflow:
                     verdict=verdict,
                     approved=i in verdicts and verdict is None,
                 ),
-                # The tool's own timeout fires first and is reported to the model; this one
-                # stops an attempt whose worker hangs past it.
-                start_to_close_timeout=timedelta(seconds=data.tool_timeout_seconds + 30),
-                heartbeat_timeout=timedelta(seconds=data.heartbeat_timeout_seconds),
-                retry_policy=tool_retry(data.tool_max_attempts),
-                # A cancelled branch waits for the call to store its cancelled result, so its
-                # own clean-up never writes one while the tool still runs.
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                timeout_seconds=data.tool_timeout_seconds,
+                heartbeat_seconds=data.heartbeat_timeout_seconds,
+                max_attempts=data.tool_max_attempts,
                 summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
             )
 
@@ -222,12 +235,10 @@ class SubtaskWorkflow:
         for error in failed.values():
             if not isinstance(error, ActivityError):
                 raise error
-        reports = []
-        for i, error in failed.items():
-            failure = describe(error, data.tool_max_attempts)  # a cancellation raises
-            tries = "attempt" if failure.attempts == 1 else "attempts"
-            detail = f"{failure.attempts} {tries} failed: {settled(failure.message)}"
-            reports.append(run(i, prompts.tool_failed("this tool", detail)))
+        reports = [
+            run(i, prompts.tool_failed("this tool", attempts_failed(error, data.tool_max_attempts)))
+            for i, error in failed.items()
+        ]
         await asyncio.gather(*reports)
 
     @staticmethod

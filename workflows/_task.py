@@ -9,8 +9,7 @@ stays in the session store. A long task continues as new, carrying only ``TaskSt
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
@@ -18,71 +17,36 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
-    from errands.agent import approvals, prompts
     from errands.agent.pricing import cost_usd
     from errands.contracts import ids
     from errands.contracts.activities import (
-        AppendAckInput,
         AppendMessageInput,
-        AppendReplyInput,
-        BranchOutcome,
-        JoinInput,
         OpenTaskInput,
-        PrepareRoundInput,
-        RememberApprovalInput,
-        RoundState,
         SideAnswer,
         SideQuestionInput,
     )
-    from errands.contracts.approvals import (
-        ApprovalAnswer,
-        ApprovalNeed,
-        ApprovalReceipt,
-        ApprovalRequest,
-        Verdict,
-    )
-    from errands.contracts.asking import Answer
+    from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt, ApprovalRequest
     from errands.contracts.events import EventType
     from errands.contracts.search import initial
-    from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
     from errands.contracts.workflows import (
         AnswerReceipt,
         MessageReceipt,
         SendMessage,
         SideQuestion,
         SteerMark,
-        TaskError,
         TaskInput,
         TaskResult,
         TaskState,
     )
     from errands.errors import AnswerRejected
-    from workflows._approvals import (
-        REQUEST_SIGNAL,
-        VERDICT_SIGNAL,
-        WITHDRAW_SIGNAL,
-        Verdicts,
-        request_for,
-    )
-    from workflows._branches import (
-        failure_signature,
-        record_failed_branch,
-        run_branches,
-        thread_id,
-        to_start,
-    )
-    from workflows._failures import Failure, settled
+    from workflows._approvals import REQUEST_SIGNAL, WITHDRAW_SIGNAL, PendingApprovals, deliver
     from workflows._log import log_event
-    from workflows._options import run_is_long, store_call
+    from workflows._loop import RoundLoop
+    from workflows._options import store_call
     from workflows._patches import RunPatches
-    from workflows._round import RoundDecider, Waiting
-    from workflows._search import Publisher
     from workflows._side import answer_side_question
-    from workflows._waiting import HandOver, PendingQuestion
-
-INTERRUPTIBLE_ROUNDS = "branches-interruptible-by-a-message"
-"""Patch: a round's branches run beside a wait for an interrupting message. Runs from before it
-await the branches directly. Asked as the branches start in runs from before RunPatches."""
+    from workflows._status import TaskStatus
+    from workflows._waiting import PendingQuestion
 
 TASK_END_LOGGED = "task-end-in-the-event-log"
 """Patch: a task that fails or is canceled writes that to the event log. Runs from before it
@@ -100,26 +64,17 @@ class TaskWorkflow:
         # Set before any handler runs: a signal or update may arrive in a run's first task.
         self.data = data
         self.state = data.carry or TaskState()
-        self._status = "running"
-        self._phase = "starting"
-        self._reply: str | None = None
-        self._join_reason: str | None = None
-        self._error: TaskError | None = None
-        self._last_error: TaskError | None = None
-        resume = self.state.resume
-        self._question = PendingQuestion(resume.questions if resume else None)
-        self._side_in_flight = False
-        self._rounds_this_run = 0
-        self._first_round: RoundState | None = None
-        self._search = Publisher(enabled=data.search_attributes, session_id=data.session_id)
-        self._verdicts = Verdicts()
-        self._ending = False
-        self._interrupted = False
-        self._next_task: str | None = None
-        self._patches = RunPatches.none()  # asked as the run starts
         if data.carry is None and data.queued:
             self.state.queued = list(data.queued)
-        self._phase_before_approval: str | None = None
+        resume = self.state.resume
+        self._question = PendingQuestion(resume.questions if resume else None)
+        self._approvals = PendingApprovals(self.state)
+        self._status = TaskStatus(data, self.state)
+        self._loop = RoundLoop(data, self.state, self._status, self._question, self._approvals)
+        self._patches = RunPatches.none()  # asked as the run starts
+        self._side_in_flight = False
+        self._ending = False
+        self._next_task: str | None = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -142,7 +97,7 @@ class TaskWorkflow:
         if not self._question.open:
             raise AnswerRejected(
                 f"task {self.data.task_id} has no question waiting for an answer "
-                f"(status: {self._status}); check `errands status {self.data.task_id}`"
+                f"(status: {self._status.status}); check `errands status {self.data.task_id}`"
             )
         self._question.validate(payload)
 
@@ -152,8 +107,7 @@ class TaskWorkflow:
         try:
             self._validate_answer(payload)
         except (AnswerRejected, ValueError) as error:
-            self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
-            workflow.logger.warning("ignored an invalid answer signal: %s", error)
+            self._answer_error("ignored an invalid answer signal", error)
             return
         self._question.accept(payload)
 
@@ -161,18 +115,19 @@ class TaskWorkflow:
 
     @workflow.query(name="pending_approval")
     def pending_approval(self) -> dict[str, Any] | None:
-        waiting = self.state.approvals
-        return waiting[0].view() if waiting else None
+        return self._approvals.view()
 
     @workflow.signal(name=REQUEST_SIGNAL)
     def request_approval(self, request: ApprovalRequest) -> None:
         """A branch's call waits for the user (the branch waits for the verdict signal)."""
-        self._add_approval(request)
+        self._approvals.add(request)
+        self._loop.show_approvals()
 
     @workflow.signal(name=WITHDRAW_SIGNAL)
     def withdraw_approval(self, approval_id: str) -> None:
         """A branch stopped waiting: nobody answered in time."""
-        self._drop_approval(approval_id)
+        self._approvals.drop(approval_id)
+        self._loop.show_approvals()
 
     @workflow.update(name="answer_approval")
     async def answer_approval(self, answer: ApprovalAnswer) -> ApprovalReceipt:
@@ -187,24 +142,7 @@ class TaskWorkflow:
 
     @answer_approval.validator
     def _validate_approval(self, answer: ApprovalAnswer) -> None:
-        request = self._waiting_approval(answer.approval_id)
-        if request is None:
-            waiting = ", ".join(r.approval_id for r in self.state.approvals) or "none"
-            raise AnswerRejected(
-                f"task {self.data.task_id} has no tool call waiting for approval "
-                f"{answer.approval_id!r} (waiting: {waiting}); check "
-                f"`errands status {self.data.task_id}`"
-            )
-        if workflow.now() >= request.expires_at:
-            raise AnswerRejected(
-                f"the call of {request.tool} waited for approval until "
-                f"{request.expires_at.isoformat()} and is no longer waiting; it was not run"
-            )
-        if answer.decision == "approve_always" and request.policy != "ask":
-            raise AnswerRejected(
-                f"{request.tool} asks before every call (approval 'always'): approve this call "
-                "once, or deny it"
-            )
+        self._approvals.check(answer, self.data.task_id)
 
     @workflow.signal(name="submit_approval")
     async def submit_approval(self, payload: Any) -> None:
@@ -213,83 +151,27 @@ class TaskWorkflow:
             answer = ApprovalAnswer.model_validate(payload)
             self._validate_approval(answer)
         except (AnswerRejected, ValueError) as error:
-            self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
-            workflow.logger.warning("ignored an invalid approval signal: %s", error)
+            self._answer_error("ignored an invalid approval signal", error)
             return
         try:
             await self._decide_approval(answer)
         except Exception as error:  # noqa: BLE001 - a signal handler's error fails the task
-            self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
-            workflow.logger.warning("an approval signal could not be delivered: %s", error)
-
-    def _waiting_approval(self, approval_id: str) -> ApprovalRequest | None:
-        return next((r for r in self.state.approvals if r.approval_id == approval_id), None)
+            self._answer_error("an approval signal could not be delivered", error)
 
     async def _decide_approval(self, answer: ApprovalAnswer) -> bool:
         """Deliver the user's verdict to the waiting call, then remember approve-always; False
         when the call was answered meanwhile (by another update or signal)."""
-        request = self._waiting_approval(answer.approval_id)
-        if request is None:
+        settled = self._approvals.settle(answer)
+        if settled is None:
             return False
-        self._drop_approval(request.approval_id)
-        denial = None
-        if answer.decision == "deny":
-            denial = approvals.denied(request.tool, answer.reason)
-        verdict = Verdict(approval_id=request.approval_id, denial=denial)
-        if request.requester == workflow.info().workflow_id:
-            self._verdicts.put(verdict)
-        else:
-            await workflow.get_external_workflow_handle(request.requester).signal(
-                VERDICT_SIGNAL, verdict
-            )
-        if answer.decision == "approve_always":
-            await store_call(
-                SessionActivities.remember_approval,
-                RememberApprovalInput(session_id=self.data.session_id, tool=request.tool),
-            )
+        self._loop.show_approvals()
+        await deliver(settled, self.data.session_id)
         return True
 
-    async def _approve(self, need: ApprovalNeed, step: int) -> str | None:
-        """Put one of the main agent's calls to the user and wait: None when approved, else
-        the text the model reads."""
-        settings = self.data.settings
-        if self.data.headless:
-            return approvals.headless(need.tool)
-        request = request_for(need, step, "main", settings.ask_timeout_hours)
-        self._add_approval(request)
-        try:
-            verdict = await self._verdicts.wait(request, settings.ask_timeout_hours)
-        finally:  # answered, timed out or canceled: it waits no more
-            self._drop_approval(request.approval_id)
-        if verdict is None:
-            return approvals.timed_out(need.tool, settings.ask_timeout_hours)
-        return verdict.denial
-
-    def _branch_ended(self, thread_id: str) -> None:
-        """A branch that ended (completed, failed or canceled) waits for no approval."""
-        if any(r.requester == thread_id for r in self.state.approvals):
-            self.state.approvals = [r for r in self.state.approvals if r.requester != thread_id]
-            self._show_approvals()
-
-    def _add_approval(self, request: ApprovalRequest) -> None:
-        if self._waiting_approval(request.approval_id) is None:
-            self.state.approvals.append(request)
-        self._show_approvals()
-
-    def _drop_approval(self, approval_id: str) -> None:
-        self.state.approvals = [r for r in self.state.approvals if r.approval_id != approval_id]
-        self._show_approvals()
-
-    def _show_approvals(self) -> None:
-        """While a call waits for approval the task waits for the user; then it runs again."""
-        waiting = self.state.approvals
-        if waiting and self._status == "running":
-            self._phase_before_approval = self._phase
-            self._set_state("waiting_for_user", f"waiting for approval of {waiting[0].tool}")
-        elif not waiting and self._phase_before_approval is not None:
-            phase, self._phase_before_approval = self._phase_before_approval, None
-            if self._status == "waiting_for_user" and not self._question.open:
-                self._set_state("running", phase)
+    def _answer_error(self, what: str, error: Exception) -> None:
+        """An answer or approval that could not be used: kept (the last 20) for the status."""
+        self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
+        workflow.logger.warning("%s: %s", what, error)
 
     # -- messages into the running task: steer it, or queue the next task ---------------------
 
@@ -313,17 +195,17 @@ class TaskWorkflow:
         )
         state.steers.append(SteerMark(message_id=message_id, seq=seq))
         if message.mode == "interrupt":
-            self._interrupted = True  # branches running now are cancelled (_run_branches)
+            self._loop.interrupted = True  # branches running now are cancelled
         return MessageReceipt(message_id=message_id, mode=message.mode, status="accepted")
 
     @send_message.validator
     def _validate_message(self, message: SendMessage) -> None:
         if not message.text.strip():
             raise ValueError("the message is empty; write what the agent should know")
-        if self._status in ("replied", "failed", "canceled") or self._ending:
+        if self._status.ended or self._ending:
             raise ValueError(
-                f"task {self.data.task_id} is ending ({self._status}); start a new task in its "
-                f"session: errands run --session {self.data.session_id} TEXT"
+                f"task {self.data.task_id} is ending ({self._status.status}); start a new task "
+                f"in its session: errands run --session {self.data.session_id} TEXT"
             )
 
     # -- side questions: answered beside the task, never touching it ---------------------------
@@ -379,21 +261,21 @@ class TaskWorkflow:
                     ),
                 )
                 self.state.types = opened.types
-                self._first_round = opened.first_round
-            await self._round_loop()
+                self._loop.first_round = opened.first_round
+            await self._loop.run(self._patches)
         except asyncio.CancelledError:
-            self._set_state("canceled", "canceled")
+            self._status.set("canceled", "canceled")
             await self._log_end("canceled")
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             if is_cancelled_exception(error):
-                self._set_state("canceled", "canceled")
+                self._status.set("canceled", "canceled")
                 await self._log_end("canceled")
                 raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
-            self._fail("internal", f"{type(error).__name__}: {error}")
-        if self._error is not None:
-            await self._log_end("failed", kind=self._error.kind, message=self._error.message)
+            self._status.fail("internal", f"{type(error).__name__}: {error}")
+        if (failed := self._status.error) is not None:
+            await self._log_end("failed", kind=failed.kind, message=failed.message)
         self._ending = True  # messages sent from now on are refused
         await self._start_queued()
         # A side question in flight is answered before the task closes.
@@ -430,270 +312,29 @@ class TaskWorkflow:
             await log_event(self.data.task_id, type_, type_, self.data.task_id, **data)
 
     def _result(self) -> TaskResult:
-        data, state = self.data, self.state
+        data, state, shown = self.data, self.state, self._status
         return TaskResult(
             task_id=data.task_id,
             session_id=data.session_id,
-            status=self._status,  # type: ignore[arg-type]
-            reply=self._reply,
-            replied_by=None if self._reply is None else "join" if self._join_reason else "model",
-            join_reason=self._join_reason,
-            error=self._error,
-            last_error=self._last_error,
+            status=shown.status,  # type: ignore[arg-type]
+            reply=shown.reply,
+            replied_by=None if shown.reply is None else "join" if shown.join_reason else "model",
+            join_reason=shown.join_reason,
+            error=shown.error,
+            last_error=shown.last_error,
             rounds=state.rounds,
             attempts=state.attempts,
             steps=state.steps,
             usage=state.ledger,
             cost_usd=cost_usd(state.ledger, data.prices),
             round=state.round,
-            phase=self._phase,
+            phase=shown.phase,
             pending_question=self.pending_question(),
             pending_approval=self.pending_approval(),
-            undelivered=self._undelivered() if self._status != "running" else [],
+            undelivered=self._undelivered() if shown.status != "running" else [],
             next_task=self._next_task,
             answer_errors=state.answer_errors[-5:],
             last_round=state.last_round,
             side_question_model=data.side_question_model or data.model,
             side_question_timeout_seconds=data.settings.side_question_timeout_seconds,
-        )
-
-    async def _round_loop(self) -> None:
-        state = self.state
-        decider = RoundDecider(self.data, state, self._approve, self._patches)
-        while True:
-            # A round that waited on the user when the previous run handed over goes on waiting.
-            parked = Waiting(state.resume) if state.resume is not None else None
-            state.resume = None
-            if parked is None:
-                await self._continue_as_new_if_due()
-            self._set_state("running", f"round {state.round}: deciding")
-            round_ = state.round
-            state.rounds = max(state.rounds, round_ + 1)
-            prepared = await self._prepare(round_)
-            if prepared.reply is not None:
-                # A previous attempt already replied: return it, no inference.
-                self._replied(prepared.reply, join_reason=prepared.join_reason)
-                return
-            if prepared.ack is not None:
-                # This round already delegated: reuse its acknowledgement, run what is missing.
-                decision = DelegateDecision(reply=prepared.ack, subtasks=prepared.ack_subtasks)
-                upto = prepared.ack_upto_seq or prepared.upto_seq
-                done = {b.ordinal: b for b in prepared.branches}
-            else:
-                upto = parked.slot.upto if parked else prepared.upto_seq
-                outcome = await self._decide(decider, round_, upto, parked)
-                upto = max(upto, state.seen_upto)  # the messages its steps showed
-                if isinstance(outcome, Failure):
-                    if await self._retried_later(round_, outcome):
-                        continue
-                    await self._give_up(outcome)
-                    return
-                state.retries, self._last_error = 0, None
-                if isinstance(outcome, ReplyDecision):
-                    await self._reply_with(outcome)
-                    return
-                decision, done = outcome, {}
-                await self._acknowledge(round_, upto, decision)
-            await self._run_branches(round_, upto, decision, done)
-            state.round += 1
-
-    async def _prepare(self, round_: int) -> RoundState:
-        """What the store already holds for the round. Round 0 is usually prepared already, by
-        the call that opened the task."""
-        prepared, self._first_round = self._first_round, None
-        if prepared is not None:
-            return prepared
-        data = self.data
-        return await store_call(
-            SessionActivities.prepare_round,
-            PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=round_),
-        )
-
-    async def _decide(
-        self, decider: RoundDecider, round_: int, upto: int, parked: Waiting | None
-    ) -> RoundDecision | Failure:
-        """The round's decision, waiting for the user as often as the model asks."""
-        if parked is None:
-            # Counted as it starts: a round that waits across runs is carried, not counted again.
-            self.state.attempts += 1
-        outcome = parked or await decider.decide(round_, upto, self._final_reason())
-        while isinstance(outcome, Waiting):
-            outcome = await decider.resume(outcome, await self._wait_for_answer(outcome))
-        self._rounds_this_run += 1
-        return outcome
-
-    async def _retried_later(self, round_: int, failure: Failure) -> bool:
-        """Whether a round that failed as transient waits (longer each time) and goes again."""
-        settings, state = self.data.settings, self.state
-        if not failure.transient or state.retries >= settings.round_retry_limit:
-            return False
-        wait = settings.round_retry_seconds * 2**state.retries
-        # Shown by the status query while the round waits: no history event for it.
-        self._last_error = TaskError(kind="transient", message=settled(failure.message))
-        self._phase = (
-            f"round {round_}: models unavailable, retry {state.retries + 1} of "
-            f"{settings.round_retry_limit} in {wait:.0f} s"
-        )
-        await workflow.sleep(timedelta(seconds=wait))
-        state.retries += 1
-        return True
-
-    def _final_reason(self) -> str | None:
-        settings, state = self.data.settings, self.state
-        if settings.step_budget - state.steps < 2:
-            return f"the step budget is spent ({state.steps} of {settings.step_budget} steps used)"
-        assert state.started_at is not None
-        elapsed = (workflow.now() - state.started_at).total_seconds()
-        if elapsed >= settings.deadline_seconds:
-            return f"the task's time limit ({settings.deadline_seconds:.0f} s) has passed"
-        if state.streak >= settings.same_failure_rounds:
-            return (
-                f"the subtasks of the last {state.streak} rounds all failed the same way, "
-                "so delegating again would not help"
-            )
-        return None
-
-    async def _acknowledge(self, round_: int, upto: int, decision: DelegateDecision) -> None:
-        """The acknowledgement the user sees while the branches run, written before any starts."""
-        data = self.data
-        await store_call(
-            SessionActivities.append_ack,
-            AppendAckInput(
-                task_id=data.task_id,
-                session_id=data.session_id,
-                round=round_,
-                upto_seq=upto,
-                reply=decision.reply,
-                subtasks=decision.subtasks,
-                thread_ids=[thread_id(round_, k) for k in range(1, len(decision.subtasks) + 1)],
-                view=self.state.last_round.view if self.state.last_round else None,
-            ),
-        )
-
-    async def _run_branches(
-        self, round_: int, upto: int, decision: DelegateDecision, done: dict[int, BranchOutcome]
-    ) -> None:
-        """Run the round's missing branches; rounds whose branches all fail the same way in a
-        row make a streak, and a long streak makes the next round final."""
-        state, todo = self.state, to_start(decision, done)
-        self._phase = f"round {round_}: {len(todo)} subtasks running"
-        branches = run_branches(self.data, state, round_, upto, todo, done, self._branch_ended)
-        if not (self._patches.interruptible_rounds or workflow.patched(INTERRUPTIBLE_ROUNDS)):
-            outcomes = await branches
-        else:
-            self._interrupted = False
-            running = asyncio.ensure_future(branches)
-            try:
-                await workflow.wait_condition(lambda: running.done() or self._interrupted)
-            except asyncio.CancelledError:
-                running.cancel()  # the task is canceled: so are its branches
-                await asyncio.gather(running, return_exceptions=True)
-                raise
-            if not running.done():
-                await self._interrupt(round_, decision, running)
-                return
-            outcomes = running.result()
-        signature = failure_signature(outcomes)
-        repeated = bool(signature) and signature == state.last_signature
-        state.streak = state.streak + 1 if repeated else int(bool(signature))
-        state.last_signature = signature
-
-    async def _interrupt(
-        self, round_: int, decision: DelegateDecision, running: asyncio.Future[Any]
-    ) -> None:
-        """The user's message interrupts the round: its branches are cancelled, each that had
-        not finished is recorded as such, and the next round decides with the message."""
-        self._phase = f"round {round_}: interrupted by your message"
-        running.cancel()
-        try:
-            await running
-        except asyncio.CancelledError:
-            pass
-        await asyncio.gather(
-            *(
-                record_failed_branch(self.data, round_, ordinal, draft, prompts.INTERRUPTED)
-                for ordinal, draft in enumerate(decision.subtasks, 1)
-            )
-        )
-        self._interrupted = False
-
-    # -- waiting for the user ---------------------------------------------------------------
-
-    async def _wait_for_answer(self, waiting: Waiting) -> Answer | None:
-        """The user's answer, or None when the question expired first. A run grown too long
-        meanwhile hands over to a fresh one, the question still pending."""
-        round_ = waiting.slot.round
-        self._set_state("waiting_for_user", f"round {round_}: waiting for the user")
-        ended = await self._question.wait(waiting.questions, waiting.deadline, self.data.settings)
-        if isinstance(ended, HandOver):
-            self.state.resume = waiting.slot
-            await self._continue_as_new()
-        self._set_state("running", f"round {round_}: deciding")
-        return ended
-
-    # -- continue-as-new --------------------------------------------------------------------
-
-    async def _continue_as_new_if_due(self) -> None:
-        settings = self.data.settings
-        per_run = settings.rounds_per_run
-        due = per_run is not None and self._rounds_this_run >= per_run
-        long = run_is_long(
-            continue_as_new=settings.continue_as_new,
-            max_history_events=settings.max_history_events,
-        )
-        if long or (due and settings.continue_as_new):
-            await self._continue_as_new()
-
-    async def _continue_as_new(self) -> NoReturn:
-        """Hand over to a fresh run under the same workflow id: ids, counters, ledger and any
-        pending question travel; the transcript never does. Handlers in flight finish first."""
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        self.state.runs += 1
-        workflow.continue_as_new(self.data.model_copy(update={"carry": self.state}))
-
-    # -- endings ----------------------------------------------------------------------------
-
-    async def _reply_with(self, decision: ReplyDecision) -> None:
-        data = self.data
-        stored = await store_call(
-            SessionActivities.append_reply,
-            AppendReplyInput(task_id=data.task_id, session_id=data.session_id, text=decision.text),
-        )
-        self._replied(stored)
-
-    async def _give_up(self, failure: Failure) -> None:
-        """No model can answer: deliver completed branches if any, else fail with the kind."""
-        data, state = self.data, self.state
-        message = settled(failure.message)
-        if failure.transient and state.retries:
-            times = "once" if state.retries == 1 else f"{state.retries} times"
-            message = f"round {state.round} was retried {times} and failed each time: {message}"
-        self._last_error = None
-        joined = await store_call(
-            SessionActivities.deterministic_join,
-            JoinInput(task_id=data.task_id, session_id=data.session_id, reason=message),
-        )
-        if joined is not None:
-            workflow.logger.warning(
-                "task %s replied by deterministic join: %s", data.task_id, message
-            )
-            self._replied(joined, join_reason=message)
-            return
-        kind = "exhausted" if failure.kind == "no_decision" else failure.kind
-        self._fail(kind, message)
-
-    def _replied(self, text: str, *, join_reason: str | None = None) -> None:
-        self._reply, self._join_reason = text, join_reason
-        self._set_state("replied", "replied")
-
-    def _fail(self, kind: str, message: str) -> None:
-        self._error = TaskError(kind=kind, message=message)  # type: ignore[arg-type]
-        self._set_state("failed", "failed")
-
-    def _set_state(self, status: str, phase: str) -> None:
-        self._status, self._phase = status, phase
-        self._search.publish(
-            state=status,
-            round_=self.state.round,
-            cost=cost_usd(self.state.ledger, self.data.prices),
         )

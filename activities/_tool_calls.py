@@ -1,0 +1,300 @@
+"""Tool-call activities: one work-tool call of the main agent (``run_round_tool``) or of a
+branch (``run_branch_tool``), run once and settled once.
+
+A call is run (or, with a verdict, refused: denied, unanswered, no one to ask), its result is
+stored under the call's deterministic id and logged (``tool_requested``, ``tool_finished``,
+``tool_denied``). A retried attempt finds the stored result and runs nothing; a call cancelled at
+the workflow's request stores a "cancelled" result, so no stored thread holds a call without
+one. Python tools run in the worker; MCP tools through the task's pinned list
+(``activities._tools``). A tool's failure is the model's to read; only an MCP server that cannot
+be reached is raised, for Temporal to retry, until the last attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities._events import branch_of, preview, record
+from activities._heartbeats import heartbeating
+from activities._threads import read_stored
+from activities._tools import MAIN, McpTools, OfferedTool, PinnedTools, arguments_of
+from errands.adapters.store import SessionStore
+from errands.agent import prompts, reading
+from errands.agent.subtask_types import SubtaskType, WorkTool
+from errands.contracts import ids
+from errands.contracts.activities import RunRoundToolInput, RunToolInput, RunToolOutput
+from errands.contracts.messages import NewMessage, ToolCall
+
+
+async def pinned_for(mcp: McpTools, task_id: str, key: str) -> PinnedTools | None:
+    """The task's MCP tool list, when a server serves ``key`` (listed on first use)."""
+    if not task_id or not mcp.serve(key):
+        return None
+    return await mcp.pinned(task_id)
+
+
+def cancel_requested() -> bool:
+    """Whether the activity is cancelled because its workflow asked (the task or branch was
+    cancelled), not because its worker shuts down or its attempt timed out: only then is the
+    call's result "cancelled" for good; otherwise another attempt runs it."""
+    details = activity.cancellation_details()
+    return details is not None and details.cancel_requested
+
+
+class ToolEvents:
+    """The ``tool_requested`` and ``tool_finished`` events of one tool call."""
+
+    def __init__(
+        self, store: SessionStore, task_id: str, where: str, call_id: str, call: ToolCall
+    ) -> None:
+        self._store, self._task_id, self._where = store, task_id, where
+        self._call_id, self._call = call_id, call
+
+    async def denied(self, text: str) -> None:
+        """Not run: denied, not answered in time, no one to ask, cancelled or failed."""
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:denied",
+            "tool_denied",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            reason=preview(text),
+        )
+
+    async def requested(self, *, approved: bool) -> None:
+        if approved:
+            await asyncio.to_thread(
+                record,
+                self._store,
+                self._task_id,
+                f"{self._call_id}:approved",
+                "tool_approved",
+                self._call_id,
+                where=self._where,
+                tool=self._call.name,
+            )
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:requested",
+            "tool_requested",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            arguments=preview(self._call.arguments),
+        )
+
+    async def finished(self, text: str, is_error: bool) -> None:
+        await asyncio.to_thread(
+            record,
+            self._store,
+            self._task_id,
+            f"{self._call_id}:finished",
+            "tool_finished",
+            self._call_id,
+            where=self._where,
+            tool=self._call.name,
+            is_error=is_error,
+            chars=len(text),
+        )
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """Where one tool call's result is stored: the row ``message`` builds."""
+
+    id: str
+    session_id: str
+    call: ToolCall
+    task_id: str | None = None
+
+    def message(self, text: str, is_error: bool) -> NewMessage:
+        call = self.call
+        return NewMessage(
+            id=self.id,
+            session_id=self.session_id,
+            role="tool",
+            kind="tool_result",
+            text=text,
+            task_id=self.task_id,
+            meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
+        )
+
+
+class ToolActivities:
+    def __init__(
+        self,
+        store: SessionStore,
+        types: dict[str, SubtaskType],
+        mcp_tools: McpTools | None = None,
+        main_tools: Sequence[WorkTool] = (),
+    ) -> None:
+        self._store = store
+        self._types = types
+        self._mcp = mcp_tools if mcp_tools is not None else McpTools(store, {})
+        self._main_tools = {t.spec.name: t for t in main_tools}
+        """The main agent's Python tools, by name."""
+
+    async def _pinned(self, task_id: str, key: str) -> PinnedTools | None:
+        return await pinned_for(self._mcp, task_id, key)
+
+    @activity.defn(name="run_branch_tool")
+    async def run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
+        return await heartbeating(self._run_branch_tool(data))
+
+    async def _run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
+        result_id = ids.thread_tool_result_id(data.thread_id, data.step, data.call_index)
+        existing = await asyncio.to_thread(self._store.get, result_id)
+        if existing is not None:
+            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+        step = await asyncio.to_thread(
+            self._store.get, ids.thread_step_id(data.thread_id, data.step)
+        )
+        if step is None:
+            raise ApplicationError(
+                f"step {data.step} of {data.thread_id} is missing",
+                type="internal",
+                non_retryable=True,
+            )
+        call = ToolCall(**step.meta["tool_calls"][data.call_index])
+        return await self._settle(
+            ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call),
+            ToolResult(result_id, data.thread_id, call),
+            data.verdict,
+            data.approved,
+            lambda: self._run_tool(data, call, result_id),
+        )
+
+    async def _settle(
+        self,
+        events: ToolEvents,
+        result: ToolResult,
+        verdict: str | None,
+        approved: bool,
+        run: Callable[[], Awaitable[tuple[str, bool]]],
+    ) -> RunToolOutput:
+        """Run one tool call (with a ``verdict``, only say why it is not run), store its result
+        once and log it. Cancelled with the call open, at the workflow's request, the call gets
+        a "cancelled" result, so no stored thread holds a call without one."""
+        try:
+            if verdict is not None:
+                text, is_error = verdict, True  # not run: denied, unanswered or cancelled
+                await events.denied(text)
+            else:
+                await events.requested(approved=approved)
+                text, is_error = await run()
+        except asyncio.CancelledError:
+            if cancel_requested():
+                cancelled = result.message(prompts.TOOL_CANCELLED, True)
+                await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            raise
+        await asyncio.to_thread(self._store.append_once, result.message(text, is_error))
+        if verdict is None:
+            await events.finished(text, is_error)
+        return RunToolOutput(ok=not is_error, chars=len(text))
+
+    async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> tuple[str, bool]:
+        """The text the model reads for ``call``, and whether it is an error. Raises (for
+        Temporal to retry) only when an MCP server cannot be reached on an attempt before the
+        last."""
+        tools = {t.spec.name: t for t in self._types[data.subtask_type].tools}
+        if call.name == reading.READ_MESSAGE and call.name not in tools:
+            return await asyncio.to_thread(read_stored, self._store, data.thread_id, call.arguments)
+        pinned = await self._pinned(data.task_id, data.subtask_type)
+        offered = {t.name: t for t in pinned.offered(data.subtask_type)} if pinned else {}
+        if call.name not in tools and call.name not in offered:
+            available = sorted([*tools, *offered])
+            return f"There is no tool named {call.name!r}; available: {available}.", True
+        arguments = arguments_of(call.arguments)
+        if isinstance(arguments, str):
+            return f"{call.name}: {arguments}; call {call.name} again.", True
+        if call.name in tools:
+            tool = tools[call.name]
+            return await self._run_python(tool, call.name, arguments, data.timeout_seconds)
+        return await self._call_mcp(
+            offered[call.name], arguments, key, data.timeout_seconds, data.max_attempts
+        )
+
+    async def _call_mcp(
+        self,
+        tool: OfferedTool,
+        arguments: dict[str, object],
+        key: str,
+        timeout: float,
+        max_attempts: int,
+    ) -> tuple[str, bool]:
+        """An MCP call's text and whether it is an error. A server that cannot be reached is
+        raised for Temporal to retry, except on the last attempt, which tells the model."""
+        try:
+            outcome = await self._mcp.call(tool, arguments, key=key, timeout=timeout)
+        except TimeoutError as error:
+            return prompts.tool_timed_out(tool.name, str(error)), True
+        except ConnectionError as error:
+            attempt = activity.info().attempt
+            if attempt < max_attempts:
+                raise ApplicationError(str(error), type="tool_unreachable") from None
+            return prompts.tool_unreachable(tool.name, attempt, str(error)), True
+        except Exception as error:  # noqa: BLE001 - not retried: the tool may have run
+            return f"{tool.name} failed: {type(error).__name__}: {error}", True
+        return outcome.text, outcome.is_error
+
+    @activity.defn(name="run_round_tool")
+    async def run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
+        """One MCP call of the main agent. Its result is stored in the task's results session
+        under ``data.result_id`` and reaches the next step by reference, never through history."""
+        return await heartbeating(self._run_round_tool(data))
+
+    async def _run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
+        existing = await asyncio.to_thread(self._store.get, data.result_id)
+        if existing is not None:
+            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+        return await self._settle(
+            ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call),
+            ToolResult(data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id),
+            data.verdict,
+            data.approved,
+            lambda: self._round_tool(data),
+        )
+
+    async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:
+        python = self._main_tools.get(data.call.name)
+        if python is not None:
+            arguments = arguments_of(data.call.arguments)
+            if isinstance(arguments, str):
+                return f"{data.call.name}: {arguments}; call {data.call.name} again.", True
+            return await self._run_python(python, data.call.name, arguments, data.timeout_seconds)
+        pinned = await self._pinned(data.task_id, MAIN)
+        offered = {t.name: t for t in pinned.offered(MAIN)} if pinned else {}
+        tool = offered.get(data.call.name)
+        if tool is None:
+            return f"There is no tool named {data.call.name!r}; available: {sorted(offered)}.", True
+        arguments = arguments_of(data.call.arguments)
+        if isinstance(arguments, str):
+            return f"{tool.name}: {arguments}; call {tool.name} again.", True
+        return await self._call_mcp(
+            tool, arguments, data.result_id, data.timeout_seconds, data.max_attempts
+        )
+
+    @staticmethod
+    async def _run_python(
+        tool: WorkTool, name: str, arguments: dict[str, object], timeout: float
+    ) -> tuple[str, bool]:
+        """A Python tool's text; its exception, or its running out of time, as an error."""
+        scope = asyncio.timeout(timeout)
+        try:
+            async with scope:
+                return await tool(arguments), False
+        except Exception as error:  # noqa: BLE001 - a tool's failure is the model's to read
+            if scope.expired():
+                limit = f"it did not finish within {timeout:g} s"
+                return prompts.tool_timed_out(name, limit), True
+            return f"{name} failed: {type(error).__name__}: {error}", True

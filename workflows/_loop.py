@@ -1,0 +1,324 @@
+"""A task's round loop (SPEC §1): prepare a round, decide it (waiting for the user as often as
+the model asks), then reply, or acknowledge and run the round's branches and go again.
+
+``RoundLoop`` acts on what the task shares with its handlers (``TaskState``, ``TaskStatus``, the
+pending question and approvals); the handlers steer it through ``interrupted``. A run grown long
+hands over to a fresh one, carrying only ``TaskState``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities import SessionActivities
+    from errands.agent import approvals, prompts
+    from errands.contracts.activities import (
+        AppendAckInput,
+        AppendReplyInput,
+        BranchOutcome,
+        JoinInput,
+        PrepareRoundInput,
+        RoundState,
+    )
+    from errands.contracts.approvals import ApprovalNeed
+    from errands.contracts.asking import Answer
+    from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
+    from errands.contracts.workflows import TaskError, TaskInput, TaskState
+    from workflows._approvals import PendingApprovals, request_for
+    from workflows._branches import (
+        failure_signature,
+        record_failed_branch,
+        run_branches,
+        thread_id,
+        to_start,
+    )
+    from workflows._failures import Failure, settled
+    from workflows._options import run_is_long, store_call
+    from workflows._patches import RunPatches
+    from workflows._round import RoundDecider, Waiting
+    from workflows._status import TaskStatus
+    from workflows._waiting import HandOver, PendingQuestion
+
+INTERRUPTIBLE_ROUNDS = "branches-interruptible-by-a-message"
+"""Patch: a round's branches run beside a wait for an interrupting message. Runs from before it
+await the branches directly. Asked as the branches start in runs from before RunPatches."""
+
+
+class RoundLoop:
+    """The rounds of one task, from the round its state is at until a reply or a failure."""
+
+    def __init__(
+        self,
+        data: TaskInput,
+        state: TaskState,
+        status: TaskStatus,
+        question: PendingQuestion,
+        approvals: PendingApprovals,
+    ) -> None:
+        self._data, self._state, self._status = data, state, status
+        self._question, self._approvals = question, approvals
+        self._patches = RunPatches.none()
+        self.first_round: RoundState | None = None
+        """Round 0 as prepared by the call that opened the task."""
+        self.interrupted = False
+        """Set by a message that interrupts the round: its branches are cancelled."""
+        self._rounds_this_run = 0
+
+    async def run(self, patches: RunPatches) -> None:
+        self._patches = patches
+        state = self._state
+        decider = RoundDecider(self._data, state, self.approve, patches)
+        while True:
+            # A round that waited on the user when the previous run handed over goes on waiting.
+            parked = Waiting(state.resume) if state.resume is not None else None
+            state.resume = None
+            if parked is None:
+                await self._continue_as_new_if_due()
+            self._status.set("running", f"round {state.round}: deciding")
+            round_ = state.round
+            state.rounds = max(state.rounds, round_ + 1)
+            prepared = await self._prepare(round_)
+            if prepared.reply is not None:
+                # A previous attempt already replied: return it, no inference.
+                self._status.replied(prepared.reply, join_reason=prepared.join_reason)
+                return
+            if prepared.ack is not None:
+                # This round already delegated: reuse its acknowledgement, run what is missing.
+                decision = DelegateDecision(reply=prepared.ack, subtasks=prepared.ack_subtasks)
+                upto = prepared.ack_upto_seq or prepared.upto_seq
+                done = {b.ordinal: b for b in prepared.branches}
+            else:
+                upto = parked.slot.upto if parked else prepared.upto_seq
+                outcome = await self._decide(decider, round_, upto, parked)
+                upto = max(upto, state.seen_upto)  # the messages its steps showed
+                if isinstance(outcome, Failure):
+                    if await self._retried_later(round_, outcome):
+                        continue
+                    await self._give_up(outcome)
+                    return
+                state.retries, self._status.last_error = 0, None
+                if isinstance(outcome, ReplyDecision):
+                    await self._reply_with(outcome)
+                    return
+                decision, done = outcome, {}
+                await self._acknowledge(round_, upto, decision)
+            await self._run_branches(round_, upto, decision, done)
+            state.round += 1
+
+    async def _prepare(self, round_: int) -> RoundState:
+        """What the store already holds for the round. Round 0 is usually prepared already, by
+        the call that opened the task."""
+        prepared, self.first_round = self.first_round, None
+        if prepared is not None:
+            return prepared
+        data = self._data
+        return await store_call(
+            SessionActivities.prepare_round,
+            PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=round_),
+        )
+
+    async def _decide(
+        self, decider: RoundDecider, round_: int, upto: int, parked: Waiting | None
+    ) -> RoundDecision | Failure:
+        """The round's decision, waiting for the user as often as the model asks."""
+        if parked is None:
+            # Counted as it starts: a round that waits across runs is carried, not counted again.
+            self._state.attempts += 1
+        outcome = parked or await decider.decide(round_, upto, self._final_reason())
+        while isinstance(outcome, Waiting):
+            outcome = await decider.resume(outcome, await self._wait_for_answer(outcome))
+        self._rounds_this_run += 1
+        return outcome
+
+    async def _retried_later(self, round_: int, failure: Failure) -> bool:
+        """Whether a round that failed as transient waits (longer each time) and goes again."""
+        settings, state = self._data.settings, self._state
+        if not failure.transient or state.retries >= settings.round_retry_limit:
+            return False
+        wait = settings.round_retry_seconds * 2**state.retries
+        # Shown by the status query while the round waits: no history event for it.
+        self._status.last_error = TaskError(kind="transient", message=settled(failure.message))
+        self._status.phase = (
+            f"round {round_}: models unavailable, retry {state.retries + 1} of "
+            f"{settings.round_retry_limit} in {wait:.0f} s"
+        )
+        await workflow.sleep(timedelta(seconds=wait))
+        state.retries += 1
+        return True
+
+    def _final_reason(self) -> str | None:
+        settings, state = self._data.settings, self._state
+        if settings.step_budget - state.steps < 2:
+            return f"the step budget is spent ({state.steps} of {settings.step_budget} steps used)"
+        assert state.started_at is not None
+        elapsed = (workflow.now() - state.started_at).total_seconds()
+        if elapsed >= settings.deadline_seconds:
+            return f"the task's time limit ({settings.deadline_seconds:.0f} s) has passed"
+        if state.streak >= settings.same_failure_rounds:
+            return (
+                f"the subtasks of the last {state.streak} rounds all failed the same way, "
+                "so delegating again would not help"
+            )
+        return None
+
+    async def _acknowledge(self, round_: int, upto: int, decision: DelegateDecision) -> None:
+        """The acknowledgement the user sees while the branches run, written before any starts."""
+        data = self._data
+        await store_call(
+            SessionActivities.append_ack,
+            AppendAckInput(
+                task_id=data.task_id,
+                session_id=data.session_id,
+                round=round_,
+                upto_seq=upto,
+                reply=decision.reply,
+                subtasks=decision.subtasks,
+                thread_ids=[thread_id(round_, k) for k in range(1, len(decision.subtasks) + 1)],
+                view=self._state.last_round.view if self._state.last_round else None,
+            ),
+        )
+
+    # -- branches ---------------------------------------------------------------------------
+
+    async def _run_branches(
+        self, round_: int, upto: int, decision: DelegateDecision, done: dict[int, BranchOutcome]
+    ) -> None:
+        """Run the round's missing branches; rounds whose branches all fail the same way in a
+        row make a streak, and a long streak makes the next round final."""
+        state, todo = self._state, to_start(decision, done)
+        self._status.phase = f"round {round_}: {len(todo)} subtasks running"
+        branches = run_branches(self._data, state, round_, upto, todo, done, self._branch_ended)
+        if not (self._patches.interruptible_rounds or workflow.patched(INTERRUPTIBLE_ROUNDS)):
+            outcomes = await branches
+        else:
+            self.interrupted = False
+            running = asyncio.ensure_future(branches)
+            try:
+                await workflow.wait_condition(lambda: running.done() or self.interrupted)
+            except asyncio.CancelledError:
+                running.cancel()  # the task is canceled: so are its branches
+                await asyncio.gather(running, return_exceptions=True)
+                raise
+            if not running.done():
+                await self._interrupt(round_, decision, running)
+                return
+            outcomes = running.result()
+        signature = failure_signature(outcomes)
+        repeated = bool(signature) and signature == state.last_signature
+        state.streak = state.streak + 1 if repeated else int(bool(signature))
+        state.last_signature = signature
+
+    async def _interrupt(
+        self, round_: int, decision: DelegateDecision, running: asyncio.Future[Any]
+    ) -> None:
+        """The user's message interrupts the round: its branches are cancelled, each that had
+        not finished is recorded as such, and the next round decides with the message."""
+        self._status.phase = f"round {round_}: interrupted by your message"
+        running.cancel()
+        try:
+            await running
+        except asyncio.CancelledError:
+            pass
+        await asyncio.gather(
+            *(
+                record_failed_branch(self._data, round_, ordinal, draft, prompts.INTERRUPTED)
+                for ordinal, draft in enumerate(decision.subtasks, 1)
+            )
+        )
+        self.interrupted = False
+
+    def _branch_ended(self, thread_id: str) -> None:
+        """A branch that ended (completed, failed or canceled) waits for no approval."""
+        if self._approvals.drop_requested_by(thread_id):
+            self.show_approvals()
+
+    # -- waiting for the user ---------------------------------------------------------------
+
+    def show_approvals(self) -> None:
+        self._status.show_approvals(self._approvals.waiting, self._question.open)
+
+    async def approve(self, need: ApprovalNeed, step: int) -> str | None:
+        """Put one of the main agent's calls to the user and wait: None when approved, else
+        the text the model reads."""
+        settings = self._data.settings
+        if self._data.headless:
+            return approvals.headless(need.tool)
+        request = request_for(need, step, "main", settings.ask_timeout_hours)
+        self._approvals.add(request)
+        self.show_approvals()
+        try:
+            verdict = await self._approvals.verdicts.wait(request, settings.ask_timeout_hours)
+        finally:  # answered, timed out or canceled: it waits no more
+            self._approvals.drop(request.approval_id)
+            self.show_approvals()
+        if verdict is None:
+            return approvals.timed_out(need.tool, settings.ask_timeout_hours)
+        return verdict.denial
+
+    async def _wait_for_answer(self, waiting: Waiting) -> Answer | None:
+        """The user's answer, or None when the question expired first. A run grown too long
+        meanwhile hands over to a fresh one, the question still pending."""
+        round_ = waiting.slot.round
+        self._status.set("waiting_for_user", f"round {round_}: waiting for the user")
+        ended = await self._question.wait(waiting.questions, waiting.deadline, self._data.settings)
+        if isinstance(ended, HandOver):
+            self._state.resume = waiting.slot
+            await self.continue_as_new()
+        self._status.set("running", f"round {round_}: deciding")
+        return ended
+
+    # -- continue-as-new --------------------------------------------------------------------
+
+    async def _continue_as_new_if_due(self) -> None:
+        settings = self._data.settings
+        per_run = settings.rounds_per_run
+        due = per_run is not None and self._rounds_this_run >= per_run
+        long = run_is_long(
+            continue_as_new=settings.continue_as_new,
+            max_history_events=settings.max_history_events,
+        )
+        if long or (due and settings.continue_as_new):
+            await self.continue_as_new()
+
+    async def continue_as_new(self) -> NoReturn:
+        """Hand over to a fresh run under the same workflow id: ids, counters, ledger and any
+        pending question travel; the transcript never does. Handlers in flight finish first."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._state.runs += 1
+        workflow.continue_as_new(self._data.model_copy(update={"carry": self._state}))
+
+    # -- endings ----------------------------------------------------------------------------
+
+    async def _reply_with(self, decision: ReplyDecision) -> None:
+        data = self._data
+        stored = await store_call(
+            SessionActivities.append_reply,
+            AppendReplyInput(task_id=data.task_id, session_id=data.session_id, text=decision.text),
+        )
+        self._status.replied(stored)
+
+    async def _give_up(self, failure: Failure) -> None:
+        """No model can answer: deliver completed branches if any, else fail with the kind."""
+        data, state = self._data, self._state
+        message = settled(failure.message)
+        if failure.transient and state.retries:
+            times = "once" if state.retries == 1 else f"{state.retries} times"
+            message = f"round {state.round} was retried {times} and failed each time: {message}"
+        self._status.last_error = None
+        joined = await store_call(
+            SessionActivities.deterministic_join,
+            JoinInput(task_id=data.task_id, session_id=data.session_id, reason=message),
+        )
+        if joined is not None:
+            workflow.logger.warning(
+                "task %s replied by deterministic join: %s", data.task_id, message
+            )
+            self._status.replied(joined, join_reason=message)
+            return
+        kind = "exhausted" if failure.kind == "no_decision" else failure.kind
+        self._status.fail(kind, message)

@@ -1,0 +1,85 @@
+"""The main agent's work-tool calls in a round (MCP and Python tools): approved by the user
+first where their policy says so, then all of one step's calls at once, each an activity
+(``run_round_tool``) whose result is stored and reaches the next step by reference."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ToolActivities
+    from errands.agent import prompts
+    from errands.contracts import ids
+    from errands.contracts.activities import RunRoundToolInput
+    from errands.contracts.approvals import ApprovalNeed
+    from errands.contracts.messages import ToolCall
+    from errands.contracts.workflows import Slot, TaskInput
+    from workflows._failures import attempts_failed
+    from workflows._options import tool_run
+    from workflows._repairs import append_exchange
+
+Approver = Callable[[ApprovalNeed, int], Awaitable[str | None]]
+"""Puts one of the main agent's tool calls (and the step it is in) to the user: None when
+approved, else the text the model reads instead of the tool's result."""
+
+
+async def run_round_tools(
+    data: TaskInput,
+    slot: Slot,
+    step: int,
+    by_index: dict[int, ToolCall],
+    needs: list[ApprovalNeed],
+    approve: Approver | None,
+) -> None:
+    """A step's work-tool calls (by their place among the step's calls), those that need it
+    approved by the user first, then all at once; each call and its result go to the slot's
+    messages. A call whose every attempt failed (its worker kept dying) is told to the model
+    as an error."""
+    settings = data.settings
+    verdicts: dict[int, str | None] = {}
+    for need in needs:
+        assert approve is not None, "a task that offers such tools can approve them"
+        verdicts[need.index] = await approve(need, step)
+    calls = list(by_index.values())
+    result_ids = [
+        ids.round_tool_result_id(
+            data.task_id, slot.round, slot.name, step, i, f"{call.name}:{call.arguments}"
+        )
+        for i, call in enumerate(calls)
+    ]
+    outcomes = await asyncio.gather(
+        *(
+            tool_run(
+                ToolActivities.run_round_tool,
+                RunRoundToolInput(
+                    task_id=data.task_id,
+                    result_id=result_id,
+                    call=call,
+                    timeout_seconds=settings.tool_timeout_seconds,
+                    max_attempts=settings.tool_max_attempts,
+                    verdict=verdicts.get(index),
+                    approved=index in verdicts and verdicts[index] is None,
+                ),
+                timeout_seconds=settings.tool_timeout_seconds,
+                heartbeat_seconds=settings.heartbeat_timeout_seconds,
+                max_attempts=settings.tool_max_attempts,
+                summary=f"round {slot.round} · {slot.name} · {call.name}",
+            )
+            for index, call, result_id in zip(by_index, calls, result_ids, strict=True)
+        ),
+        return_exceptions=True,
+    )
+    for call, result_id, outcome in zip(calls, result_ids, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, ActivityError):
+                raise outcome
+            detail = attempts_failed(outcome, settings.tool_max_attempts)
+            append_exchange(slot, call, call.name, prompts.tool_failed(call.name, detail))
+            slot.extra[-1].is_error = True
+            continue
+        append_exchange(slot, call, call.name, "", stored=result_id)
+        slot.extra[-1].is_error = not outcome.ok
