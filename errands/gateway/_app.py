@@ -294,5 +294,8 @@ async def _log(handle: TaskHandle, after: int) -> AsyncIterator[str]:
             yield f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n"
             nxt = asyncio.ensure_future(anext(reading))
     finally:
+        # A stream cut off (the client left, the gateway stops) waits for the read under way
+        # to stop before closing the reader it runs in.
         nxt.cancel()
+        await asyncio.gather(nxt, return_exceptions=True)
         await reading.aclose()
