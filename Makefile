@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint typecheck bench chaos install clean llama-server census
+.PHONY: demo test test-fast lint typecheck bench chaos install clean llama-server census
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -38,6 +38,10 @@ llama-server: $(STAMP)
 
 test: $(STAMP) llama-server
 	bash tests/run.sh
+
+# The tests that need no server of any kind (marked `fast`; tests/README.md): under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m fast
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench

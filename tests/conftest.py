@@ -32,6 +32,25 @@ OPENAI_KEY = "sk-test-openai-" + "k3y" * 6
 ANTHROPIC_KEY = "sk-ant-test-" + "s3cr3t" * 4
 
 
+SERVER_FIXTURES = frozenset(
+    {"dev_server", "client", "worker", "model_server", "store", "database_url", "cli_env"}
+)
+"""What a ``fast`` test may not use: each one starts (or needs) a server or the database."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``fast`` runs under ``make test-fast`` with no server: refuse one that
+    asks for a server fixture, so the lane stays fast and the fixtures stay lazy."""
+    wrong = [
+        f"{item.nodeid} uses {', '.join(sorted(SERVER_FIXTURES & set(names)))}"
+        for item in items
+        if item.get_closest_marker("fast")
+        and SERVER_FIXTURES & set(names := getattr(item, "fixturenames", ()))
+    ]
+    if wrong:
+        raise pytest.UsageError("tests marked fast that need a server:\n" + "\n".join(wrong))
+
+
 @pytest.fixture(scope="session")
 def tmp_session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("errands")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from errands.agent.advisor import (
     ADVISOR_INSTRUCTIONS,
     ADVISOR_TAIL_BUDGET_BYTES,
@@ -21,6 +23,8 @@ from errands.agent.advisor import (
     parse_question,
 )
 from errands.contracts.messages import AdvisorResult, Message, ToolCall
+
+pytestmark = pytest.mark.fast
 
 
 def user(text: str) -> Message:

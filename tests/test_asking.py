@@ -38,6 +38,8 @@ from errands.contracts.asking import Answer, QuestionSet, RememberedAnswer, deci
 from errands.contracts.messages import ToolCall
 from errands.errors import AnswerRejected, ModelMistake
 
+pytestmark = pytest.mark.fast
+
 SET_ID = "task-1/ask-1"
 
 

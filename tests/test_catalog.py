@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from errands.agent.catalog import referenced_messages, render_session
 from errands.contracts.messages import StoredMessage
+
+pytestmark = pytest.mark.fast
 
 TASK = "task-s1-a"
 

@@ -92,6 +92,7 @@ async def test_a_task_id_already_used_is_refused_and_the_first_task_is_untouched
     assert texts == ["one"], "the refused start wrote nothing"
 
 
+@pytest.mark.fast
 def test_task_ids_carry_64_random_bits() -> None:
     ids = {new_task_id("s1") for _ in range(1000)}
     assert len(ids) == 1000

@@ -45,6 +45,7 @@ WINDOW = 16_000
 # -- pure parts ---------------------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_the_input_budget_is_the_window_less_the_reserved_output_and_the_margin() -> None:
     info = ModelInfo(context_window=16_000, max_output=2_048)
     assert context.input_budget(info, 4_096) == 15_200 - 2_048  # output capped by the model
@@ -52,6 +53,7 @@ def test_the_input_budget_is_the_window_less_the_reserved_output_and_the_margin(
     assert context.input_budget(ModelInfo(), 4_096) == 30_400 - 4_096  # unknown: 32,000
 
 
+@pytest.mark.fast
 def test_the_estimator_starts_conservative_and_calibrates_from_reported_tokens() -> None:
     estimator = context.TokenEstimator()
     assert estimator.tokens("m", 3_000) == 1_000  # 3 bytes a token before any report
@@ -66,6 +68,7 @@ def test_the_estimator_starts_conservative_and_calibrates_from_reported_tokens()
     assert estimator.tokens("m", 40_000) >= 20_000
 
 
+@pytest.mark.fast
 def test_the_tokens_a_refusal_counted_are_read_from_its_words() -> None:
     assert (
         context.counted_tokens(
@@ -93,6 +96,7 @@ def rows(*kinds: str, size: int = 100) -> list[StoredMessage]:
     ]
 
 
+@pytest.mark.fast
 def test_a_compaction_cuts_only_before_a_task_or_a_rounds_exchange() -> None:
     session = rows("user", "reply", "user", "ack", "branch", "branch", "reply", "user", "reply")
     weight = context.row_bytes(session[0])
@@ -107,6 +111,7 @@ def test_a_compaction_cuts_only_before_a_task_or_a_rounds_exchange() -> None:
     assert context.compaction_cut(rows("user", "reply", "reply"), 10) == 0  # nowhere to cut
 
 
+@pytest.mark.fast
 def test_pieces_keep_the_order_and_end_before_a_cut_point_where_they_can() -> None:
     session = rows(*["user", "reply"] * 10)
     weight = context.row_bytes(session[0])
@@ -120,6 +125,7 @@ def test_pieces_keep_the_order_and_end_before_a_cut_point_where_they_can() -> No
     assert [len(p) for p in context.pieces(rows(*["tool_result"] * 6), 2 * weight)] == [4, 2]
 
 
+@pytest.mark.fast
 def test_the_window_a_refusal_states_is_read_from_its_words() -> None:
     assert (
         context.stated_window(
@@ -199,6 +205,7 @@ def test_a_pinned_view_renders_from_its_own_summary_whatever_came_later(
     ],
     ids=["openai", "anthropic", "vllm", "llama.cpp"],
 )
+@pytest.mark.fast
 def test_every_common_context_length_refusal_is_classified_as_context(
     status: int, body: dict[str, Any]
 ) -> None:
@@ -473,6 +480,7 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
 # -- previews and read_message ----------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_a_preview_keeps_the_start_and_names_the_tool_and_the_ref() -> None:
     text = "a" * 50_000
     shown = reading.preview(text, 12)
@@ -481,6 +489,7 @@ def test_a_preview_keeps_the_start_and_names_the_tool_and_the_ref() -> None:
     assert reading.preview("short", 3) == "short"
 
 
+@pytest.mark.fast
 def test_read_message_pages_a_long_text_and_refuses_a_bad_call() -> None:
     row = rows("branch", size=40_000)[0]
     first, error = reading.read_page(row, 1, 1)

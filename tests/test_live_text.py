@@ -159,6 +159,7 @@ async def test_with_streaming_off_calls_are_not_streamed_and_nothing_is_written_
     assert log[-1].type == "replied"
 
 
+@pytest.mark.fast
 @given(st.text(max_size=60), st.lists(st.integers(min_value=0, max_value=200), max_size=8))
 def test_a_json_string_field_is_decoded_the_same_however_its_text_is_cut(
     text: str, cuts: list[int]
@@ -170,6 +171,7 @@ def test_a_json_string_field_is_decoded_the_same_however_its_text_is_cut(
     assert "".join(field.feed(p) for p in pieces) == text
 
 
+@pytest.mark.fast
 def test_live_text_keeps_the_latest_attempt_of_each_step() -> None:
     def delta(step: int, attempt: int, text: str, superseded: bool = False) -> dict[str, Any]:
         return {

@@ -270,6 +270,7 @@ async def test_an_http_5xx_raises_connection_error_naming_the_status(
 # -- tool results --------------------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_a_result_becomes_text_with_non_text_content_summarised() -> None:
     png = base64.b64encode(b"\x89PNG" + bytes(1230)).decode()
     result = types.CallToolResult(
@@ -301,6 +302,7 @@ def test_a_result_becomes_text_with_non_text_content_summarised() -> None:
     assert outcome.is_error is False
 
 
+@pytest.mark.fast
 def test_structured_content_is_the_text_when_there_is_no_text() -> None:
     result = types.CallToolResult(content=[], structured_content={"total": 3}, is_error=True)
 
@@ -310,6 +312,7 @@ def test_structured_content_is_the_text_when_there_is_no_text() -> None:
 # -- ERRANDS_MCP_SERVERS -------------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_parse_accepts_both_kinds_of_server() -> None:
     raw = json.dumps(
         {
@@ -358,6 +361,7 @@ def test_parse_accepts_both_kinds_of_server() -> None:
     assert web.model_dump()["for"] == ["*"]
 
 
+@pytest.mark.fast
 def test_parse_defaults_and_empty_values() -> None:
     assert parse_mcp_servers(None) == {}
     assert parse_mcp_servers("  ") == {}
@@ -412,6 +416,7 @@ def test_parse_defaults_and_empty_values() -> None:
         ('{"s": {"url": "http://h"}, "s": {"url": "http://i"}}', ["the key 's' twice"]),
     ],
 )
+@pytest.mark.fast
 def test_parse_rejects_a_bad_setting_in_one_line(raw: str, expected: list[str]) -> None:
     with pytest.raises(ValueError) as raised:
         parse_mcp_servers(raw)
@@ -442,6 +447,7 @@ def test_parse_errors_never_show_a_header_value(server: dict[str, object]) -> No
     assert SECRET not in str(raised.value)
 
 
+@pytest.mark.fast
 def test_parse_errors_never_show_a_header_value_in_broken_json() -> None:
     header = json.dumps({"A": SECRET})
     duplicate = '{"s": {"url": "http://h", "headers": {"A": "x", ' + header[1:-1] + "}}}"
@@ -468,11 +474,13 @@ def test_tool_names_round_trip(server: str, tool: str) -> None:
     assert split_tool_name(name) == (server, tool)
 
 
+@pytest.mark.fast
 def test_split_tool_name_refuses_names_tool_name_cannot_make() -> None:
     for name in ("write", "mcp__notes", "mcp__notes__", "mcp____write", "mcp__a b__write"):
         assert split_tool_name(name) is None, name
 
 
+@pytest.mark.fast
 def test_tool_names_are_sanitised_and_stay_distinct() -> None:
     dotted = tool_name("notes", "files.read/all")
     underscored = tool_name("notes", "files_read_all")
@@ -489,6 +497,7 @@ def test_tool_names_are_sanitised_and_stay_distinct() -> None:
     assert tool_name("notes", "files.read/all") == dotted  # the same on every worker
 
 
+@pytest.mark.fast
 def test_tool_name_refuses_a_bad_server_name() -> None:
     for server in ("", "a b", "a__b", "trailing_", "s" * 33):
         with pytest.raises(ValueError):

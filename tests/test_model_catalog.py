@@ -11,6 +11,8 @@ from errands.contracts.messages import ModelPrice, ModelRequest, ModelUsage, Usa
 from errands.errors import ConfigError
 from errands.settings import load_settings
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_pattern_matches_any_of_its_alternatives() -> None:
     assert matches("openai:o1*|openai:o3*", "openai:o3-mini")

@@ -20,6 +20,8 @@ from errands.cli._picker import pick_answer
 from errands.contracts.asking import QuestionSet
 from errands.contracts.messages import ToolCall
 
+pytestmark = pytest.mark.fast
+
 TIMEOUT = 5.0
 DOWN, UP, ENTER, SPACE, ESC = b"\x1b[B", b"\x1b[A", b"\r", b" ", b"\x1b"
 

@@ -150,6 +150,7 @@ async def test_a_replayer_with_the_plugin_replays_a_recorded_history(settings: S
 # -- subtask types: where they come from, and what a bad one says ------------------------------
 
 
+@pytest.mark.fast
 def test_a_plugins_type_overrides_one_of_the_same_key_from_the_setting() -> None:
     mine = SubtaskType(key="research", description="Mine.", guidance="g", instructions="i")
     assert load_types("tests.plugins:TYPES", [mine])["research"] is mine
@@ -165,6 +166,7 @@ def test_a_plugins_type_overrides_one_of_the_same_key_from_the_setting() -> None
     ],
     ids=["no-attribute-part", "no-module", "no-attribute", "not-a-type"],
 )
+@pytest.mark.fast
 def test_a_bad_subtask_types_entry_is_one_line_naming_it(entry: str, says: str) -> None:
     with pytest.raises(ConfigError) as bad:
         load_types(f"tests.plugins:TYPES, {entry}")
@@ -174,6 +176,7 @@ def test_a_bad_subtask_types_entry_is_one_line_naming_it(entry: str, says: str) 
     assert "\n" not in message
 
 
+@pytest.mark.fast
 def test_an_entry_point_that_does_not_load_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,6 +202,7 @@ def test_the_same_key_given_twice_to_the_plugin_is_refused(settings: Settings) -
 # -- work tools from typed functions -----------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_a_tools_schema_and_description_come_from_its_signature_and_docstring() -> None:
     @tool
     def convert(amount: float, source: str, target: str = "EUR") -> float:
@@ -227,6 +231,7 @@ class Query(BaseModel):
     depth: int = 1
 
 
+@pytest.mark.fast
 def test_a_tool_taking_one_pydantic_model_has_that_models_schema() -> None:
     @tool(name="lookup", description="Look a term up.")
     async def find(query: Query) -> str:
@@ -237,6 +242,7 @@ def test_a_tool_taking_one_pydantic_model_has_that_models_schema() -> None:
     assert find.spec.parameters["required"] == ["term"]
 
 
+@pytest.mark.fast
 async def test_a_tool_given_one_pydantic_model_receives_it_validated() -> None:
     @tool
     async def find(query: Query) -> Query:
@@ -246,6 +252,7 @@ async def test_a_tool_given_one_pydantic_model_receives_it_validated() -> None:
     assert await find({"term": "otter"}) == '{"term":"otter","depth":1}'
 
 
+@pytest.mark.fast
 async def test_invalid_arguments_are_a_model_mistake_naming_the_field() -> None:
     @tool
     def convert(amount: float, source: str) -> float:
@@ -263,6 +270,7 @@ async def test_invalid_arguments_are_a_model_mistake_naming_the_field() -> None:
         await convert({"amount": 1, "source": "EUR", "currency": "USD"})
 
 
+@pytest.mark.fast
 async def test_a_sync_tool_runs_off_the_event_loop_and_returns_json() -> None:
     @tool
     def where(city: str) -> dict[str, object]:
@@ -274,6 +282,7 @@ async def test_a_sync_tool_runs_off_the_event_loop_and_returns_json() -> None:
     assert threading.current_thread().name not in result
 
 
+@pytest.mark.fast
 def test_a_tool_without_a_description_is_refused_at_definition() -> None:
     def bare(x: int) -> int:
         return x

@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,8 @@ from errands.contracts.asking import QuestionSet, decision_id
 from errands.contracts.messages import StoredMessage, ToolCall
 from errands.errors import AnswerRejected, ModelMistake
 from tests.plugins import RESEARCH
+
+pytestmark = pytest.mark.fast
 
 EXAMPLES = int(os.environ.get("ERRANDS_PROPERTY_EXAMPLES", "100"))
 PROPERTY = settings(

@@ -119,6 +119,7 @@ async def failure(api: str, server: Server, *steps, timeout: float = 10) -> Appl
     raise AssertionError("the provider call was expected to fail")
 
 
+@pytest.mark.fast
 def test_client_builders_turn_sdk_retries_off() -> None:
     assert openai_client(api_key=SECRET, base_url="http://127.0.0.1:9/v1").max_retries == 0
     assert anthropic_client(api_key=SECRET, base_url="http://127.0.0.1:9").max_retries == 0
@@ -461,6 +462,7 @@ async def test_an_anthropic_client_without_any_key_is_a_credential_error(
     assert server.requests == []
 
 
+@pytest.mark.fast
 def test_anything_else_is_a_non_retryable_internal_error() -> None:
     error = classify_provider_error(KeyError("choices"), "openai")
 
@@ -480,6 +482,7 @@ async def test_a_tool_message_without_a_call_id_is_an_internal_error_not_a_reque
     assert server.requests == []
 
 
+@pytest.mark.fast
 def test_classified_errors_carry_provider_and_status_as_details() -> None:
     error = classify_provider_error(TimeoutError(), "anthropic")
 

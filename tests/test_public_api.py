@@ -9,6 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import errands
 from errands import errors
 from tests.conftest import ROOT
@@ -61,6 +63,7 @@ def python_files(*roots: Path) -> list[Path]:
     )
 
 
+@pytest.mark.fast
 def test_the_public_api_is_pinned() -> None:
     assert errands.__all__ == PUBLIC
     for name in PUBLIC:
@@ -77,6 +80,7 @@ def test_importing_errands_loads_neither_the_temporal_client_nor_the_provider_sd
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.fast
 def test_every_errands_exception_class_lives_in_errands_errors() -> None:
     known = {"Exception", "BaseException", "ValueError", "RuntimeError", "TypeError"}
     known |= {name for name in dir(errors) if isinstance(getattr(errors, name), type)}
@@ -92,6 +96,7 @@ def test_every_errands_exception_class_lives_in_errands_errors() -> None:
     assert elsewhere == []
 
 
+@pytest.mark.fast
 def test_the_exception_tree_splits_by_blame() -> None:
     for cls in (errors.TemporalUnreachable, errors.StoreUnavailable, errors.NoWorker):
         assert issubclass(cls, errors.Unavailable)
@@ -102,6 +107,7 @@ def test_the_exception_tree_splits_by_blame() -> None:
     assert all(issubclass(cls, errors.ErrandsError) for cls in every)
 
 
+@pytest.mark.fast
 def test_the_failure_kinds_are_one_list_for_results_providers_and_retries() -> None:
     from errands.contracts.workflows import TaskError
 
@@ -112,6 +118,7 @@ def test_the_failure_kinds_are_one_list_for_results_providers_and_retries() -> N
     assert "transient" not in errors.NON_RECOVERABLE
 
 
+@pytest.mark.fast
 def test_nothing_under_the_cli_or_the_gateway_imports_the_temporal_client() -> None:
     offenders = []
     for path in python_files(ROOT / "errands" / "cli", ROOT / "errands" / "gateway"):
@@ -126,6 +133,7 @@ def test_nothing_under_the_cli_or_the_gateway_imports_the_temporal_client() -> N
     assert offenders == []
 
 
+@pytest.mark.fast
 def test_the_distribution_lists_every_package_of_the_source_tree() -> None:
     # setuptools packs only the packages pyproject.toml names: one left out is missing from a
     # wheel (an editable install maps the directories, so nothing else would notice).

@@ -156,6 +156,7 @@ async def test_retry_after_comes_back_jittered(
     assert len(set(delays)) > 1, "not all at the same instant"
 
 
+@pytest.mark.fast
 def test_jitter_keeps_the_errors_posture() -> None:
     error = ApplicationError(
         "busy", {"provider": "openai"}, type="transient", next_retry_delay=timedelta(seconds=1)
@@ -171,6 +172,7 @@ def test_jitter_keeps_the_errors_posture() -> None:
     assert with_jitter(plain) is plain
 
 
+@pytest.mark.fast
 def test_the_limits_setting_is_checked_when_it_is_read() -> None:
     from errands.errors import ConfigError
 

@@ -11,6 +11,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
@@ -214,6 +215,7 @@ async def test_the_advisor_request_has_one_system_message_and_alternating_turns(
     assert messages[3]["content"].endswith("Set it up\n\nWhich one?")
 
 
+@pytest.mark.fast
 def test_system_messages_merge_into_one_and_same_role_turns_join() -> None:
     conversation = [
         Message(role="user", text="Fix the test."),
@@ -383,6 +385,7 @@ async def test_a_503_that_repeats_itself_is_still_an_outage_and_retried(
     assert (await handle.result()).reply == "back"
 
 
+@pytest.mark.fast
 def test_broken_json_is_described_without_a_doubled_word() -> None:
     from errands.agent.asking import parse_ask_user
     from errands.agent.control import parse_final_reply

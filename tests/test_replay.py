@@ -17,6 +17,8 @@ from temporalio.worker import Replayer
 from errands.plugin import WORKFLOWS
 from tests.helpers import HISTORIES
 
+pytestmark = pytest.mark.fast
+
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -41,6 +42,7 @@ OLDER_RUNS_RESUME = {
 """The ``carry.resume`` an older run wrote when it continued as new with a question pending."""
 
 
+@pytest.mark.fast
 def test_a_slot_reads_the_resume_record_an_older_run_carried() -> None:
     carried = TaskInput.model_validate(
         {

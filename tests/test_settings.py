@@ -17,6 +17,8 @@ from errands.contracts.workflows import RoundSettings
 from errands.errors import ConfigError
 from errands.settings import Settings, load_settings, render_report
 
+pytestmark = pytest.mark.fast
+
 VARIABLES = [info.alias for info in Settings.model_fields.values()]
 OPENAI_KEY = "sk-proj-" + "Zq7" * 10
 TOKEN = "gateway-token-" + "x9" * 8

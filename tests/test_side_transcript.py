@@ -22,6 +22,8 @@ from errands.agent.side_questions import (
 )
 from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolSpec
 
+pytestmark = pytest.mark.fast
+
 
 def user(text: str) -> Message:
     return Message(role="user", text=text)

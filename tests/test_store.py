@@ -300,6 +300,7 @@ def test_open_store_accepts_paths_and_sqlite_urls(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "plain.db").exists() and (tmp_path / "b" / "url.db").exists()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("url", [":memory:", "sqlite://:memory:", "mysql://db/x"])
 def test_open_store_rejects_what_it_cannot_serve(url: str) -> None:
     with pytest.raises(ValueError, match="session store"):

@@ -154,6 +154,7 @@ async def test_workflow_log_lines_carry_the_task_and_keep_the_message_clean(
     assert line["message"] == "probe workflow started"
 
 
+@pytest.mark.fast
 def test_lines_outside_any_task_have_no_ids(json_lines: Callable[[], list[dict[str, Any]]]) -> None:
     logging.getLogger(PROBE_LOGGER).warning("worker polling %s", "errands")
     logging.getLogger(PROBE_LOGGER).info("explicit ids win", extra={"task_id": "task-given"})
@@ -164,6 +165,7 @@ def test_lines_outside_any_task_have_no_ids(json_lines: Callable[[], list[dict[s
     assert second["task_id"] == "task-given"
 
 
+@pytest.mark.fast
 def test_text_format_shows_the_ids_in_brackets(restore_logging: None) -> None:
     buffer = io.StringIO()
     configure_logging("INFO", json=False, stream=buffer)
@@ -171,6 +173,7 @@ def test_text_format_shows_the_ids_in_brackets(restore_logging: None) -> None:
     assert f"INFO {PROBE_LOGGER} [task-x r4]: hi" in buffer.getvalue()
 
 
+@pytest.mark.fast
 def test_a_second_configuration_replaces_the_first(restore_logging: None) -> None:
     first, second = io.StringIO(), io.StringIO()
     configure_logging("INFO", stream=first)
@@ -180,11 +183,13 @@ def test_a_second_configuration_replaces_the_first(restore_logging: None) -> Non
     assert json.loads(second.getvalue())["message"] == "only once"
 
 
+@pytest.mark.fast
 def test_an_unknown_log_level_names_the_setting() -> None:
     with pytest.raises(ValueError, match="ERRANDS_LOG_LEVEL"):
         configure_logging("LOUD")
 
 
+@pytest.mark.fast
 def test_workflow_ids_parse_into_task_round_and_branch() -> None:
     assert ids_from_workflow_id("task-s1-ab12cd") == {"task_id": "task-s1-ab12cd"}
     assert ids_from_workflow_id("task-s1-ab12cd/r3/b7") == {
@@ -226,6 +231,7 @@ async def test_the_prometheus_endpoint_serves_temporal_metrics_after_a_workflow(
     assert 'task_queue="telemetry-' in text
 
 
+@pytest.mark.fast
 def test_a_metrics_bind_without_a_port_names_the_setting() -> None:
     with pytest.raises(ValueError, match="ERRANDS_METRICS_BIND='localhost' is not IP:port"):
         runtime_with_metrics("localhost")
@@ -271,6 +277,7 @@ async def test_tracing_interceptors_trace_workflow_and_activity(client: Client) 
     provider.shutdown()
 
 
+@pytest.mark.fast
 def test_tracing_interceptors_are_empty_and_say_why_without_opentelemetry(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from temporalio.client import Client
 
 from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
@@ -73,6 +74,7 @@ async def test_the_ledger_equals_the_reported_usage_of_every_request(
     assert len(convo.branch_requests) == 2
 
 
+@pytest.mark.fast
 def test_prices_can_be_overridden_and_unknown_models_cost_nothing() -> None:
     table = price_table('{"openai:mine": {"input": 10, "output": 20}}')
     assert table["openai:mine"] == ModelPrice(input=10, output=20)

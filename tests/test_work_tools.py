@@ -744,6 +744,7 @@ async def test_the_main_agents_python_tools_run_beside_its_mcp_tools(
     assert found == "big"
 
 
+@pytest.mark.fast
 def test_a_main_agent_tool_may_not_take_a_built_in_name() -> None:
     @errands.tool(name="delegate", description="Shadows the control tool.")
     def shadow() -> str:

@@ -30,6 +30,7 @@ def test_importing_one_workflow_leaves_the_others_unloaded() -> None:
     assert "workflows._task" not in loaded and "workflows._side" not in loaded
 
 
+@pytest.mark.fast
 def test_the_package_still_names_every_workflow() -> None:
     from workflows import SideQuestionWorkflow, SubtaskWorkflow, TaskWorkflow
 
@@ -42,6 +43,7 @@ def test_the_package_still_names_every_workflow() -> None:
         _ = workflows.Nothing  # type: ignore[attr-defined]
 
 
+@pytest.mark.fast
 def test_the_worker_writes_the_workflow_modules_bytecode_even_when_python_would_not() -> None:
     source = Path(workflows.__file__).parent / "_side.py"
     cached = Path(importlib.util.cache_from_source(str(source)))
