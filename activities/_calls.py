@@ -25,6 +25,7 @@ from temporalio import activity
 
 from activities._events import event
 from errands.adapters.store import SessionStore
+from errands.agent.arguments import MAX_BYTES
 from errands.contracts.events import EventType, NewEvent
 from errands.contracts.messages import Delta, Usage
 
@@ -48,9 +49,9 @@ class JsonStringField:
         self._ended = False
 
     def feed(self, piece: str) -> str:
+        if self._ended or len(self._text) > MAX_BYTES:
+            return ""  # past the size guard the call is refused: nothing more to show, or keep
         self._text += piece
-        if self._ended:
-            return ""
         if self._at is None:
             opened = self._opening.search(self._text)
             if opened is None:

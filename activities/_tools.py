@@ -13,7 +13,6 @@ those stay in the worker's configuration, which a call reads by server name.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from pydantic import BaseModel, Field
 from errands.adapters.mcp import config as mcp
 from errands.adapters.mcp.config import Approval, McpServerConfig, McpTool, ToolOutcome
 from errands.adapters.store import SessionStore
+from errands.agent.arguments import read_arguments
 from errands.contracts import ids
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.messages import NewMessage, ToolCall, ToolSpec
@@ -178,6 +178,8 @@ def approvals_needed(
         tool = by_name.get(call.name)
         if tool is None or tool.policy == "never":
             continue
+        if isinstance(read_arguments(call.arguments), str):
+            continue  # arguments it cannot read: the call is not run, its error is the result
         if tool.policy == "ask" and store.get(ids.approved_always_id(session_id, tool.name)):
             continue
         needs.append(
@@ -189,11 +191,6 @@ def approvals_needed(
 
 
 def arguments_of(raw: str) -> dict[str, object] | str:
-    """A tool call's arguments as a JSON object, or what is wrong with them."""
-    try:
-        arguments = json.loads(raw or "{}")
-    except json.JSONDecodeError as error:
-        return f"the arguments are not valid JSON ({error.msg})"
-    if not isinstance(arguments, dict):
-        return "the arguments must be a JSON object"
-    return arguments
+    """A tool call's arguments as a JSON object, or what is wrong with them (the one parser's
+    words, its guards included: ``errands.agent.arguments``)."""
+    return read_arguments(raw)

@@ -10,7 +10,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ConsultActivities
-    from errands.agent.advisor import error_result, limit_reached_result, parse_question
+    from errands.agent.advisor import error_result, limit_reached_result, parse_question, refused
     from errands.contracts.activities import AdvisorInput, RoundStepInput
     from errands.contracts.messages import ToolCall
     from errands.contracts.workflows import TaskInput, TaskState, model_queue
@@ -28,6 +28,8 @@ async def consult_advisor(
     model = data.advisor_model or data.model
     if state.advisor_uses >= settings.advisor_limit:
         result = limit_reached_result(model, limit=settings.advisor_limit)
+    elif (mistake := refused(call.arguments)) is not None:
+        result = error_result(model, mistake, uses=state.advisor_uses, limit=settings.advisor_limit)
     else:
         try:
             out = await workflow.execute_activity_method(

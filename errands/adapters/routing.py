@@ -29,6 +29,7 @@ from errands.adapters.providers import (
     openai_client,
 )
 from errands.adapters.scripted import ScriptedModelServer
+from errands.agent.arguments import guard_response
 from errands.agent.context import TokenEstimator, request_bytes
 from errands.agent.model_catalog import ModelInfo, model_catalog
 from errands.agent.validation import check_model_spec
@@ -131,7 +132,9 @@ class ModelRouter:
                 # provider's raw message may echo the key. The classified error is redacted.
                 raise with_jitter(classify_provider_error(error, route.provider.name)) from None
         self.estimator.observe(spec, request_bytes(request), response.usage.input_tokens)
-        return response
+        # Arguments past the guards leave here as a small marker: neither a payload, a stored
+        # step nor the next request ever carries them (errands.agent.arguments).
+        return guard_response(response)
 
     @contextlib.asynccontextmanager
     async def _within_limits(

@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 from anthropic.types import Message as AnthropicMessage
 
+from errands.agent.arguments import read_arguments
 from errands.agent.model_catalog import CATALOG, ModelCatalog, ModelInfo
 from errands.contracts.messages import (
     Delta,
@@ -122,12 +123,10 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
 
 def _tool_input(call: ToolCall) -> dict[str, Any]:
     # Anthropic takes the input as an object. A call whose arguments never parsed (the model
-    # sent malformed JSON and was told so in the tool result) is replayed with {} so the history
-    # stays valid; the tool result that follows still explains what went wrong.
-    try:
-        parsed = json.loads(call.arguments)
-    except ValueError:
-        return {}
+    # sent malformed JSON, or JSON too deep or too long to read, and was told so in the tool
+    # result) is replayed with {} so the history stays valid; the tool result that follows
+    # still explains what went wrong.
+    parsed = read_arguments(call.arguments)
     return parsed if isinstance(parsed, dict) else {}
 
 
