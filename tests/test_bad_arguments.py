@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+import errands
+from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.agent.arguments import MAX_BYTES, MAX_DEPTH
 from errands.contracts import ids
 from errands.contracts.workflows import RoundSettings, TaskResult
+from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from tests.helpers import Conversation, delegate, final, keep_history, start_task
 
@@ -184,3 +188,35 @@ async def test_a_call_whose_arguments_cannot_be_read_is_not_put_to_the_user_for_
     assert result.status == "replied", result.error
     told_text = tool_results(scripted.requests_for(model)[1])[0]["content"]
     assert TOO_DEEP in told_text
+
+
+@errands.tool
+def exchange_rate(currency: str) -> float:
+    """Today's rate of one euro in ``currency``."""
+    return 1.08
+
+
+@pytest.mark.parametrize(("arguments", "problem"), [(DEEP, TOO_DEEP), (LONG, TOO_LONG)])
+async def test_a_python_tool_call_with_bad_arguments_is_the_models_error_and_the_task_replies(
+    client: Client,
+    scripted: ScriptedModelServer,
+    settings: Settings,
+    store: SessionStore,
+    arguments: str,
+    problem: str,
+) -> None:
+    own = settings.model_copy(update={"task_queue": f"bad-python-{uuid.uuid4().hex[:6]}"})
+    router = ModelRouter(own)
+    plugin = ErrandsPlugin(own, tools=[exchange_rate], store=store, router=router)
+    try:
+        async with Worker(client, task_queue=own.task_queue, plugins=[plugin]):
+            text, result, largest = await told(
+                client, own.task_queue, scripted, "gpt-bad-python", "exchange_rate", arguments
+            )
+    finally:
+        await router.aclose()
+
+    assert problem in text, text
+    assert "exchange_rate: the arguments" in text
+    assert result.status == "replied", result.error
+    assert largest < 64 * 1024, "the arguments went through the task's history"
