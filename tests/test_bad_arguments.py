@@ -93,6 +93,9 @@ async def told(
         ("final_reply", DEEP, TOO_DEEP),
         ("final_reply", LONG, TOO_LONG),
         ("delegate", DEEP, TOO_DEEP),
+        ("delegate", LONG, TOO_LONG),
+        ("ask_user", DEEP, TOO_DEEP),
+        ("ask_user", LONG, TOO_LONG),
     ],
 )
 async def test_a_built_in_call_with_bad_arguments_is_the_models_error_and_the_task_replies(
