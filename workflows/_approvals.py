@@ -31,8 +31,10 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRequest,
         Verdict,
     )
+    from errands.contracts.events import ApprovalOutcome
     from errands.contracts.workflows import TaskState
     from errands.errors import AnswerRejected
+    from workflows._log import log_event
     from workflows._options import store_call
 
 REQUEST_SIGNAL = "request_approval"
@@ -170,3 +172,36 @@ async def deliver(settled: Settled, session_id: str) -> None:
             SessionActivities.remember_approval,
             RememberApprovalInput(session_id=session_id, tool=request.tool),
         )
+
+
+async def log_requested(task_id: str, request: ApprovalRequest) -> None:
+    """``approval_requested``: the call waits for the user from now on."""
+    await log_event(
+        task_id,
+        f"{request.approval_id}:requested",
+        "approval_requested",
+        request.approval_id,
+        approval_id=request.approval_id,
+        tool=request.tool,
+        arguments=request.arguments,
+        why=request.why,
+        where=request.where,
+        can_approve_always=request.policy == "ask",
+        expires_at=request.expires_at.isoformat(),
+    )
+
+
+async def log_answered(
+    task_id: str, approval_id: str, decision: ApprovalOutcome, reason: str | None = None
+) -> None:
+    """``approval_answered``: the call waits no more. One per call: when the user's answer and
+    the timeout meet, the first written stands."""
+    await log_event(
+        task_id,
+        f"{approval_id}:answered",
+        "approval_answered",
+        approval_id,
+        approval_id=approval_id,
+        decision=decision,
+        reason=reason,
+    )

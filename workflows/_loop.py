@@ -17,6 +17,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
     from errands.agent import approvals, prompts
+    from errands.contracts import ids
     from errands.contracts.activities import (
         AppendAckInput,
         AppendReplyInput,
@@ -29,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.asking import Answer
     from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
     from errands.contracts.workflows import TaskError, TaskInput, TaskState
-    from workflows._approvals import PendingApprovals, request_for
+    from workflows._approvals import PendingApprovals, log_answered, log_requested, request_for
     from workflows._branches import (
         failure_signature,
         record_failed_branch,
@@ -245,19 +246,31 @@ class RoundLoop:
     async def approve(self, need: ApprovalNeed, step: int) -> str | None:
         """Put one of the main agent's calls to the user and wait: None when approved, else
         the text the model reads."""
-        settings = self._data.settings
+        task_id, hours = self._data.task_id, self._data.settings.ask_timeout_hours
+        logged = self._patches.approvals_logged
         if self._data.headless:
+            if logged:
+                own = workflow.info().workflow_id
+                await log_answered(task_id, ids.approval_id(own, step, need.index), "headless")
             return approvals.headless(need.tool)
-        request = request_for(need, step, "main", settings.ask_timeout_hours)
-        self._approvals.add(request)
-        self.show_approvals()
+        request = request_for(need, step, "main", hours)
         try:
-            verdict = await self._approvals.verdicts.wait(request, settings.ask_timeout_hours)
+            if logged:
+                await log_requested(task_id, request)
+            self._approvals.add(request)
+            self.show_approvals()
+            verdict = await self._approvals.verdicts.wait(request, hours)
+        except asyncio.CancelledError:
+            if logged:
+                await log_answered(task_id, request.approval_id, "cancelled")
+            raise
         finally:  # answered, timed out or canceled: it waits no more
             self._approvals.drop(request.approval_id)
             self.show_approvals()
         if verdict is None:
-            return approvals.timed_out(need.tool, settings.ask_timeout_hours)
+            if logged:
+                await log_answered(task_id, request.approval_id, "timed_out")
+            return approvals.timed_out(need.tool, hours)
         return verdict.denial
 
     async def _wait_for_answer(self, waiting: Waiting) -> Answer | None:

@@ -22,20 +22,41 @@ logged (question_asked, question_answered); a failure or cancellation of the tas
 an interrupting message (``branches-interruptible-by-a-message`` was asked as they started).
 A change asked at the start later gets ``asked-at-run-start-2``."""
 
+RUN_START_2 = "asked-at-run-start-2"
+"""Release 0.2.0: a call that waits for the user's approval, and what became of it, are logged
+(approval_requested, approval_answered), by the task and by its branches. A change asked at the
+start later gets ``asked-at-run-start-3``."""
+
 
 @dataclass(frozen=True)
 class RunPatches:
     questions_logged: bool
     task_end_logged: bool
     interruptible_rounds: bool
+    approvals_logged: bool = False
 
     @staticmethod
     def at_start() -> RunPatches:
         """Ask once; call it first thing in the run, before any activity."""
         new = workflow.patched(RUN_START)
-        return RunPatches(questions_logged=new, task_end_logged=new, interruptible_rounds=new)
+        return RunPatches(
+            questions_logged=new,
+            task_end_logged=new,
+            interruptible_rounds=new,
+            approvals_logged=workflow.patched(RUN_START_2),
+        )
 
     @staticmethod
-    def none() -> RunPatches:
+    def of_branch() -> RunPatches:
+        """A branch's: only what a branch does (it logs its calls' approvals)."""
+        return RunPatches.none(approvals_logged=workflow.patched(RUN_START_2))
+
+    @staticmethod
+    def none(*, approvals_logged: bool = False) -> RunPatches:
         """Before a run has asked (a decider made outside a run, in tests)."""
-        return RunPatches(questions_logged=False, task_end_logged=False, interruptible_rounds=False)
+        return RunPatches(
+            questions_logged=False,
+            task_end_logged=False,
+            interruptible_rounds=False,
+            approvals_logged=approvals_logged,
+        )

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities, ToolActivities
     from errands.agent import approvals, prompts
+    from errands.contracts import ids
     from errands.contracts.activities import (
         BranchStepInput,
         BranchStepOutput,
@@ -32,10 +33,13 @@ with workflow.unsafe.imports_passed_through():
         VERDICT_SIGNAL,
         WITHDRAW_SIGNAL,
         Verdicts,
+        log_answered,
+        log_requested,
         request_for,
     )
     from workflows._failures import attempts_failed, describe, settled
     from workflows._options import model_step, run_is_long, store_call, tool_run
+    from workflows._patches import RunPatches
 
 TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
 """Patch: a tool call whose every attempt failed stores that as its result and the branch goes
@@ -50,6 +54,7 @@ two activities of their own. Histories of branches started before it replay the 
 class SubtaskWorkflow:
     def __init__(self) -> None:
         self._verdicts = Verdicts()
+        self._patches = RunPatches.none()  # asked as the run starts
 
     @workflow.signal(name=VERDICT_SIGNAL)
     def approval_verdict(self, verdict: Verdict) -> None:
@@ -58,6 +63,7 @@ class SubtaskWorkflow:
 
     @workflow.run
     async def run(self, data: SubtaskInput) -> SubtaskResult:
+        self._patches = RunPatches.of_branch()
         thread_id = workflow.info().workflow_id
         merged = workflow.patched(ONE_ACTIVITY_PER_STEP)
         ledger = UsageLedger()
@@ -182,19 +188,32 @@ class SubtaskWorkflow:
 
     async def _approval(self, data: SubtaskInput, step: int, need: ApprovalNeed) -> str | None:
         """Put a call to the user through the task and wait: None when approved, else the text
-        the model reads (denied, unanswered, or no one to ask)."""
+        the model reads (denied, unanswered, or no one to ask). The branch logs its call's wait
+        and how it ended unanswered; the task logs the user's answer."""
+        logged, hours = self._patches.approvals_logged, data.ask_timeout_hours
         if data.headless:
+            if logged:
+                own = workflow.info().workflow_id
+                await log_answered(data.task_id, ids.approval_id(own, step, need.index), "headless")
             return approvals.headless(need.tool)
-        where = f"round {data.round} · subtask {data.ordinal}"
-        request = request_for(need, step, where, data.ask_timeout_hours)
+        request = request_for(need, step, f"round {data.round} · subtask {data.ordinal}", hours)
         parent = workflow.info().parent
         assert parent is not None, "a branch runs as a child of its task"
         task = workflow.get_external_workflow_handle(parent.workflow_id)
-        await task.signal(REQUEST_SIGNAL, request)
-        verdict = await self._verdicts.wait(request, data.ask_timeout_hours)
+        try:
+            if logged:
+                await log_requested(data.task_id, request)
+            await task.signal(REQUEST_SIGNAL, request)
+            verdict = await self._verdicts.wait(request, hours)
+        except asyncio.CancelledError:
+            if logged:
+                await log_answered(data.task_id, request.approval_id, "cancelled")
+            raise
         if verdict is None:
+            if logged:
+                await log_answered(data.task_id, request.approval_id, "timed_out")
             await task.signal(WITHDRAW_SIGNAL, request.approval_id)
-            return approvals.timed_out(need.tool, data.ask_timeout_hours)
+            return approvals.timed_out(need.tool, hours)
         return verdict.denial
 
     @staticmethod

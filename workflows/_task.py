@@ -39,7 +39,13 @@ with workflow.unsafe.imports_passed_through():
         TaskState,
     )
     from errands.errors import AnswerRejected
-    from workflows._approvals import REQUEST_SIGNAL, WITHDRAW_SIGNAL, PendingApprovals, deliver
+    from workflows._approvals import (
+        REQUEST_SIGNAL,
+        WITHDRAW_SIGNAL,
+        PendingApprovals,
+        deliver,
+        log_answered,
+    )
     from workflows._log import log_event
     from workflows._loop import RoundLoop
     from workflows._options import store_call
@@ -165,6 +171,11 @@ class TaskWorkflow:
         if settled is None:
             return False
         self._loop.show_approvals()
+        if self._patches.approvals_logged:
+            # Asked as the run started; an answer taken before (in a continued run's first
+            # moments) goes unlogged rather than ask out of turn.
+            reason = answer.reason if answer.decision == "deny" else None
+            await log_answered(self.data.task_id, answer.approval_id, answer.decision, reason)
         await deliver(settled, self.data.session_id)
         return True
 
