@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -17,8 +18,9 @@ from errands.client import Client as ErrandsClient
 from errands.contracts.events import StoredEvent
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.helpers import Conversation, keep_history, start_task
+from tests.mcp_notes import Servers
 
 MODEL = "openai:gpt-events"
 
@@ -110,6 +112,65 @@ async def test_errands_run_prints_a_delegating_tasks_branches_from_its_event_log
         assert finished < lines.index("round 1")
     shown = [line for line in lines if line.startswith(("round", "your message"))]
     assert len(shown) == 2 + 1 + 3 + 3, ran.stderr
+
+
+async def test_errands_run_shows_a_tool_call_waiting_for_approval_from_the_log_once(
+    scripted: ScriptedModelServer,
+    asking_worker: Settings,
+    servers: Servers,
+    cli_env: dict[str, str],
+) -> None:
+    def main_agent(request: RecordedRequest) -> Reply:
+        if not [m for m in request.body["messages"] if m["role"] == "tool"]:
+            return Reply(
+                text="I will note this down.",
+                calls=[Call("mcp__web__write", {"name": "cli-run", "text": "from the CLI"})],
+            )
+        return Reply(calls=[Call("final_reply", {"text": "Noted."})])
+
+    scripted.script("gpt-tools", main_agent, main_agent)
+    env = {
+        **cli_env,
+        "ERRANDS_MODEL": "openai:gpt-tools",
+        "ERRANDS_TASK_QUEUE": asking_worker.task_queue,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "errands.cli",
+        "run",
+        "Note this down",
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        seen = ""
+        async with asyncio.timeout(60):
+            while "approve with:" not in seen:
+                line = await proc.stderr.readline()
+                assert line, f"errands run ended before showing the approval: {seen}"
+                seen += line.decode()
+        task_id = seen.split("errands: task ", 1)[1].split()[0]
+        assert "mcp__web__write (main) waits for your approval:" in seen
+        assert "why: I will note this down." in seen
+        assert "from the CLI" in seen
+        assert f"approve with: errands approve {task_id} [--always]" in seen
+        approved = await run_cli(env, "approve", task_id)
+        assert approved.code == 0, approved.stderr
+        rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
+        out = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
+        assert await proc.wait() == 0, seen + rest
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert out.strip().endswith("Noted.")
+    assert "waits for your approval" not in rest, "the approval is shown once"
+    assert "main: mcp__web__write" in seen + rest
+    assert (servers.web / "cli-run.txt").read_text() == "from the CLI"
 
 
 async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(

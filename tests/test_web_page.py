@@ -290,7 +290,7 @@ async def test_the_page_follows_a_task_live_from_its_branches_to_a_steered_markd
     assert errors == [], errors
 
 
-async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_with_a_reason(
+async def test_the_page_shows_an_approval_from_the_log_alone_and_denies_it_with_a_reason(
     client: Client,
     store: SessionStore,
     browser: Browser,
@@ -298,6 +298,9 @@ async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_wit
     asking_worker: Settings,
     servers: Servers,
 ) -> None:
+    """Every read of the task's state is refused: the card comes from approval_requested and
+    goes with approval_answered."""
+
     def main_agent(request: RecordedRequest) -> Reply:
         results = [m for m in request.body["messages"] if m["role"] == "tool"]
         if not results:
@@ -308,11 +311,18 @@ async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_wit
         return final(results[-1]["content"][:60])
 
     scripted.script("gpt-tools", main_agent, main_agent)
+    state_reads: list[str] = []
+
+    async def refuse_state_reads(route: Route) -> None:
+        state_reads.append(route.request.url)
+        await route.fulfill(status=503, json={"detail": "the page must not read the state"})
+
     errors: list[str] = []
     async with gateway(client, asking_worker, store) as url:
         page = await open_page(browser, url, errors)
+        await page.route("**/v1/tasks/*", refuse_state_reads)  # GET /v1/tasks/{id} only
         session = f"web-approval-{uuid.uuid4().hex[:6]}"
-        await start_from_page(page, session, "Note this down", "openai:gpt-tools")
+        task = await start_from_page(page, session, "Note this down", "openai:gpt-tools")
 
         card = page.get_by_test_id("approval")
         await expect(card).to_be_visible()
@@ -321,6 +331,7 @@ async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_wit
         await expect(page.get_by_test_id("approval-why")).to_have_text("I will note this down.")
         await expect(page.get_by_test_id("approval-arguments")).to_contain_text("from the page")
         await expect(page.get_by_test_id("approval-always")).to_be_visible()
+        assert state_reads == [], "the card came from the event log alone"
         await snap(page, "9-approval")
         await page.get_by_test_id("approval-reason").fill("not from the web page")
         await page.get_by_test_id("approval-deny").click()
@@ -331,6 +342,18 @@ async def test_the_page_shows_a_tool_call_waiting_for_approval_and_denies_it_wit
         tool = page.locator('[data-testid="tool"][data-tool="mcp__web__write"]')
         await expect(tool).to_have_attribute("data-state", "denied")
         await snap(page, "10-approval-denied")
+        log = page.locator('[data-testid="event"][data-type^="approval_"]')
+        await expect(log).to_have_count(2)
+    events = await asyncio.to_thread(store.list_events, task)
+    requested = next(e for e in events if e.type == "approval_requested")
+    answered = next(e for e in events if e.type == "approval_answered")
+    assert (answered.data["approval_id"], answered.data["decision"]) == (
+        requested.data["approval_id"],
+        "deny",
+    )
+    assert answered.data["reason"] == "not from the web page"
+    # Only the end's one read of the state (its cost) was left: nothing polled it meanwhile.
+    assert len(state_reads) <= 1, state_reads
     assert not (servers.web / "web-page.txt").exists()
     assert errors == [], errors
 

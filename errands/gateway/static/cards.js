@@ -1,5 +1,6 @@
 // The cards that wait for the user: the agent's questions (a picker, or free text) and a tool
-// call's approval, shown from the task's state and answered through the API.
+// call's approval, shown from the event log (question_asked, approval_requested; a question's
+// text is read from the task) and answered through the API.
 
 import { $, api, el, taskPath } from "./api.js";
 import { page } from "./page.js";
@@ -18,6 +19,7 @@ export function showQuestion(watch, question, round) {
   $("answer-error").textContent = "";
   form.hidden = false;
   setStatus("waiting_for_user");
+  $("task-phase").textContent = "waiting for your answer";
   if (!watch.noted.has(question.id)) {
     watch.noted.add(question.id);
     note(round, `asked you: ${question.questions.map((q) => q.header).join(", ")}`);
@@ -97,7 +99,7 @@ export async function sendAnswer(status, answers) {
     hideQuestion();
     const cancelled = status === "cancelled";
     note(watch.round, cancelled ? "you withdrew the question" : "your answer was taken");
-    setStatus("running");
+    if (!waitsForUser()) setStatus("running");
   } catch (error) {
     $("answer-error").textContent = error.message;
   }
@@ -120,6 +122,7 @@ export function showApproval(watch, approval, round) {
   $("approval-error").textContent = "";
   form.hidden = false;
   setStatus("waiting_for_user");
+  $("task-phase").textContent = `waiting for your approval of ${approval.tool}`;
   if (!watch.noted.has(approval.approval_id)) {
     watch.noted.add(approval.approval_id);
     note(round, `asks to run ${approval.tool}`);
@@ -131,8 +134,8 @@ export function hideApproval(approvalId) {
   if (!approvalId || form.dataset.approvalId === approvalId) form.hidden = true;
 }
 
-export function hideApprovalOf(tool) {
-  if ($("approval").dataset.tool === tool) hideApproval();
+export function waitsForUser() {
+  return !$("question").hidden || !$("approval").hidden;
 }
 
 export async function sendApproval(decision) {
@@ -148,7 +151,7 @@ export async function sendApproval(decision) {
     });
     watch.handled.add(id);
     hideApproval(id);
-    setStatus("running");
+    if (!waitsForUser()) setStatus("running");
   } catch (error) {
     $("approval-error").textContent = error.message;
   }

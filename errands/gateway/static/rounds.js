@@ -2,39 +2,39 @@
 // branches with their tools and live text, and the reply as it is written.
 
 import { $, el } from "./api.js";
-import { hideApprovalOf, hideQuestion } from "./cards.js";
+import { hideApproval, hideQuestion, showApproval, waitsForUser } from "./cards.js";
 import { renderMarkdown } from "./markdown.js";
 import { page } from "./page.js";
 import { loadConversation } from "./sessions.js";
-import { finish, scheduleState, showReceipt } from "./task.js";
+import { countTokens, finish, loadQuestion, setStatus, showReceipt } from "./task.js";
 
 const HANDLERS = {
   task_started: (w, e) => { w.summary = w.summary || e.text; },
   round_started: (w, e) => { w.round = e.round; roundCard(e.round); },
   model_call_started: modelCallStarted,
-  model_call_finished: (w) => scheduleState(w),
+  model_call_finished: (w, e) => countTokens(w, e.usage),
   reply_delta: replyDelta,
   delegated: delegated,
   branch_started: (w, e) => setBranchStatus(branchCard(e.round, e.ordinal), "started"),
   branch_finished: branchFinished,
   tool_requested: (w, e) => toolLine(w, e, "running", "running"),
-  tool_approved: (w, e) => {
-    hideApprovalOf(e.tool);
-    toolLine(w, e, "approved", "approved");
-    scheduleState(w);
-  },
-  tool_denied: (w, e) => {
-    hideApprovalOf(e.tool);
-    toolLine(w, e, "denied", `not run: ${e.reason || "denied"}`);
-    scheduleState(w);
-  },
+  tool_approved: (w, e) => toolLine(w, e, "approved", "approved"),
+  tool_denied: (w, e) => toolLine(w, e, "denied", `not run: ${e.reason || "denied"}`),
   tool_finished: (w, e) => {
     const what = `${e.chars} characters`;
     const state = e.is_error ? "error" : "done";
     toolLine(w, e, state, `${state} (${what})`);
   },
-  question_asked: (w) => scheduleState(w),
-  question_answered: (w, e) => { hideQuestion(e.question_set_id); scheduleState(w); },
+  approval_requested: (w, e) => {
+    if (!w.closed.has(e.approval_id) && !w.handled.has(e.approval_id)) {
+      showApproval(w, e, w.round);
+    }
+  },
+  approval_answered: (w, e) => closeCard(w, e.approval_id, () => hideApproval(e.approval_id)),
+  question_asked: (w, e) => { loadQuestion(w, e); },
+  question_answered: (w, e) => {
+    closeCard(w, e.question_set_id, () => hideQuestion(e.question_set_id));
+  },
   message_received: (w, e) => note(w.round, `you sent a message (${e.mode})`),
   message_delivered: messageDelivered,
   compaction: (w, e) => {
@@ -48,6 +48,14 @@ const HANDLERS = {
   },
   canceled: (w) => finish(w, "canceled"),
 };
+
+// A question or approval the log says waits no more: its card goes, and the task runs on
+// unless another card waits.
+function closeCard(watch, id, hide) {
+  watch.closed.add(id);
+  hide();
+  if (!watch.ended && !waitsForUser()) setStatus("running");
+}
 
 export function applyEvent(watch, event) {
   (HANDLERS[event.type] || (() => {}))(watch, event);
@@ -109,6 +117,7 @@ function setBranchStatus(card, status) {
 }
 
 function delegated(watch, e) {
+  $("task-phase").textContent = `round ${e.round}: waiting for ${e.subtasks} subtasks`;
   const card = roundCard(e.round);
   card.querySelector(".ack").textContent = e.reply || "";
   for (let k = 1; k <= (e.subtasks || 0); k += 1) branchCard(e.round, k);

@@ -1,8 +1,10 @@
 // The task followed: its panel (id, status, phase, cost, the Temporal link, the message
-// receipt), its event stream and state polls started and stopped, and how it ends.
+// receipt), its event stream started and stopped, and how it ends. What the page shows while
+// the task runs comes from its event log alone; the task's state is read only for a question's
+// text (the log names the question set it asked) and once at the end (its cost, its next task).
 
 import { $, api, taskPath } from "./api.js";
-import { hideApproval, hideQuestion, showApproval, showQuestion } from "./cards.js";
+import { hideApproval, hideQuestion, showQuestion } from "./cards.js";
 import { stream } from "./events.js";
 import { renderMarkdown } from "./markdown.js";
 import { page } from "./page.js";
@@ -16,7 +18,10 @@ import {
 } from "./sessions.js";
 
 const TERMINAL = new Set(["replied", "failed", "canceled"]);
-const STATE_POLL_MS = 1500; // questions and approvals have no event of their own: poll the state
+const QUESTION_RETRY_MS = 100; // the log says a question was asked a moment before it is open
+const QUESTION_RETRY_MAX_MS = 2000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function newWatch(id, session, summary) {
   return {
@@ -33,10 +38,9 @@ function newWatch(id, session, summary) {
     final: false, // the stored reply is shown: live text no longer replaces it
     handled: new Set(), // question and approval ids answered from this page
     noted: new Set(), // question and approval ids already noted in their round
+    closed: new Set(), // question and approval ids the log says wait no more
     receipts: new Map(), // message id -> "Accepted as …", for messages sent from this page
-    stateTimer: null,
-    reading: false, // a state read is under way
-    again: false, // read the state again once it is done
+    tokens: { input: 0, output: 0 }, // of the model calls finished so far
   };
 }
 
@@ -49,13 +53,11 @@ export function follow(taskId, session, summary) {
   renderSessions();
   renderSessionTasks();
   stream(page.current, { event: applyEvent, ended: endedWithoutLastEvent });
-  pollState(page.current);
 }
 
 export function stop(watch) {
   watch.ended = true;
   if (watch.abort) watch.abort.abort();
-  clearTimeout(watch.stateTimer);
 }
 
 function resetTaskPanel(taskId) {
@@ -101,7 +103,6 @@ export function showReceipt(messageId, status, text) {
 
 export async function finish(watch, status) {
   watch.ended = true;
-  clearTimeout(watch.stateTimer);
   setStatus(status);
   $("cancel").hidden = true;
   $("task-phase").textContent = "";
@@ -134,36 +135,29 @@ async function endedWithoutLastEvent(watch) {
   await finish(watch, status);
 }
 
-// -- the task's state: cost, phase, questions and approvals -------------------------------------
+// -- the task's state: a question's text, and the cost and next task at the end ---------------
 
 async function refreshState(watch) {
+  const state = await readState(watch);
+  if (state && page.current === watch) applyState(state);
+  return state;
+}
+
+async function readState(watch) {
   try {
-    const state = await api("GET", taskPath(watch.id));
-    if (page.current === watch) applyState(watch, state);
-    return state;
+    return await api("GET", taskPath(watch.id));
   } catch (error) {
     if (page.current === watch && !watch.ended) $("task-phase").textContent = error.message;
     return null;
   }
 }
 
-function applyState(watch, state) {
+function applyState(state) {
   $("task-cost").textContent = costText(state);
   if (state.next_task) {
     $("next-task-line").hidden = false;
     $("next-task").textContent = state.next_task;
   }
-  if (watch.ended) return;
-  if (state.phase) $("task-phase").textContent = state.phase;
-  if (state.status === "running" || state.status === "waiting_for_user") setStatus(state.status);
-  const question = state.pending_question;
-  if (question && !watch.handled.has(question.id)) showQuestion(watch, question, state.round);
-  else if (!question) hideQuestion();
-  const approval = state.pending_approval;
-  if (approval && !watch.handled.has(approval.approval_id)) {
-    showApproval(watch, approval, state.round);
-  }
-  else if (!approval) hideApproval();
 }
 
 function costText(state) {
@@ -177,29 +171,30 @@ function costText(state) {
   return `$${(state.cost_usd || 0).toFixed(4)} · ${total.input} tokens in, ${total.output} out`;
 }
 
-// Polls the state while the task runs, and sooner when an event says it changed. One read at a
-// time: an event during a read asks for another one right after it.
-async function pollState(watch) {
-  clearTimeout(watch.stateTimer);
-  if (watch.ended || page.current !== watch) return;
-  if (watch.reading) {
-    watch.again = true;
-    return;
-  }
-  watch.reading = true;
-  await refreshState(watch);
-  watch.reading = false;
-  if (watch.ended || page.current !== watch) return;
-  clearTimeout(watch.stateTimer);
-  watch.stateTimer = setTimeout(() => pollState(watch), watch.again ? 100 : STATE_POLL_MS);
-  watch.again = false;
+// The tokens of a finished model call (model_call_finished), added up while the task runs; the
+// cost in dollars comes with the state at the end.
+export function countTokens(watch, usage) {
+  watch.tokens.input += (usage && usage.input_tokens) || 0;
+  watch.tokens.output += (usage && usage.output_tokens) || 0;
+  $("task-cost").textContent = `${watch.tokens.input} tokens in, ${watch.tokens.output} out`;
 }
 
-export function scheduleState(watch) {
-  if (watch.reading) {
-    watch.again = true;
-    return;
+// The question set a question_asked event names, as the task holds it (its questions and
+// options are not in the log): read once it is open, unless the log has closed it meanwhile.
+export async function loadQuestion(watch, asked) {
+  const id = asked.question_set_id;
+  let delay = QUESTION_RETRY_MS;
+  while (page.current === watch && !watch.ended && !watch.closed.has(id)) {
+    const state = await readState(watch);
+    const question = state && state.pending_question;
+    if (question) {
+      const open = question.id === id && !watch.closed.has(id) && !watch.handled.has(id);
+      if (open && page.current === watch && !watch.ended) {
+        showQuestion(watch, question, asked.round);
+      }
+      return; // or another question waits: its own event shows it
+    }
+    await sleep(delay);
+    delay = Math.min(delay * 2, QUESTION_RETRY_MAX_MS);
   }
-  clearTimeout(watch.stateTimer);
-  watch.stateTimer = setTimeout(() => pollState(watch), 100); // several events come at once
 }
