@@ -223,3 +223,46 @@ async def test_a_python_tool_call_with_bad_arguments_is_the_models_error_and_the
     assert "exchange_rate: the arguments" in text
     assert result.status == "replied", result.error
     assert largest < 64 * 1024, "the arguments went through the task's history"
+
+
+def anthropic_results(request: RecordedRequest) -> list[str]:
+    return [
+        block["content"]
+        for message in request.body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        (DEEP, "could not be read as JSON (recursion limit exceeded"),
+        (LONG, TOO_LONG),
+        ('{"text": "a",, "b": 1}', "could not be read as JSON ("),
+    ],
+    ids=["deep", "long", "malformed"],
+)
+async def test_on_anthropic_a_call_the_sdk_cannot_read_is_the_models_error_and_the_task_replies(
+    client: Client,
+    scripted: ScriptedModelServer,
+    worker: Worker,
+    settings: Settings,
+    arguments: str,
+    problem: str,
+) -> None:
+    # The SDK parses a tool call's input as it streams in, and gives up on what it cannot
+    # read (with the whole input in its message): that is the model's mistake too.
+    model = "claude-bad-arguments"
+    scripted.script(model, bad_call("final_reply", arguments), final("Done anyway."))
+    handle = await start_task(
+        client, settings.task_queue, "Do the thing.", model=f"anthropic:{model}"
+    )
+    result = await asyncio.wait_for(handle.result(), REPLY_WITHIN)
+
+    assert result.status == "replied", result.error
+    told_text = anthropic_results(scripted.requests_for(model)[1])[0]
+    assert problem in told_text, told_text
+    assert told_text.startswith("final_reply: the arguments")
+    assert await largest_payload(handle) < 64 * 1024

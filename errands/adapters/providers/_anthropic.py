@@ -17,7 +17,7 @@ from typing import Any
 import anthropic
 from anthropic.types import Message as AnthropicMessage
 
-from errands.agent.arguments import read_arguments
+from errands.agent.arguments import REFUSED, read_arguments
 from errands.agent.model_catalog import CATALOG, ModelCatalog, ModelInfo
 from errands.contracts.messages import (
     Delta,
@@ -191,14 +191,41 @@ class AnthropicMessagesProvider:
             asyncio.timeout(timeout),
             self._client.messages.stream(**params, timeout=timeout) as stream,
         ):
-            async for event in stream:
-                if event.type == "content_block_start" and event.content_block.type == "tool_use":
-                    names[event.index] = event.content_block.name
-                elif event.type == "content_block_delta":
-                    if event.delta.type == "text_delta" and event.delta.text:
-                        on_delta(Delta(event.delta.text))
-                    elif event.delta.type == "input_json_delta" and event.delta.partial_json:
-                        name = names.get(event.index, "")
-                        on_delta(Delta(event.delta.partial_json, name, event.index))
+            try:
+                async for event in stream:
+                    if (
+                        event.type == "content_block_start"
+                        and event.content_block.type == "tool_use"
+                    ):
+                        names[event.index] = event.content_block.name
+                    elif event.type == "content_block_delta":
+                        if event.delta.type == "text_delta" and event.delta.text:
+                            on_delta(Delta(event.delta.text))
+                        elif event.delta.type == "input_json_delta" and event.delta.partial_json:
+                            name = names.get(event.index, "")
+                            on_delta(Delta(event.delta.partial_json, name, event.index))
+            except ValueError as error:
+                if UNREADABLE_INPUT not in str(error):
+                    raise
+                return unreadable_input(stream.current_message_snapshot, error)
             message = await stream.get_final_message()
         return anthropic_response(message)
+
+
+UNREADABLE_INPUT = "Unable to parse tool parameter JSON"
+"""How the SDK's stream gives up on a tool call's input it cannot parse as (partial) JSON: too
+deep for its parser, or malformed. Its message quotes the whole input."""
+
+
+def unreadable_input(snapshot: AnthropicMessage, error: ValueError) -> ModelResponse:
+    """The answer as far as the stream got, the call whose input the SDK could not read (the
+    last block) carrying the marker of a refusal (``errands.agent.arguments``): the model is
+    told and calls again, where the SDK's error would fail the task."""
+    cause = str(error.__cause__ or "unreadable")[:200]
+    problem = f"the arguments could not be read as JSON ({cause})"
+    for block in reversed(snapshot.content):
+        if block.type == "tool_use":
+            block.input = {REFUSED: problem}
+            break
+    response = anthropic_response(snapshot)
+    return response.model_copy(update={"finish_reason": "tool_use"})
