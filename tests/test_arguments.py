@@ -238,3 +238,15 @@ def test_the_module_imports_only_the_standard_library_contracts_and_errors() -> 
         "errands.contracts.messages",
         "errands.errors",
     }
+
+
+def test_the_live_text_of_a_final_reply_stops_at_the_size_guard() -> None:
+    # Past the guard the call is refused, so nothing more of it is decoded or kept: 5 MB
+    # streamed in small pieces costs what MAX_BYTES does, not 5 MB squared.
+    from activities._calls import JsonStringField
+
+    field = JsonStringField("text")
+    shown = [field.feed(LONG[i : i + 40]) for i in range(0, len(LONG), 40)]
+    text = "".join(shown)
+    assert text == "x" * len(text)
+    assert MAX_BYTES - 40 <= len(text) <= MAX_BYTES + 40  # the guard, give or take a piece
