@@ -12,11 +12,11 @@ task; in an activity it is retried) and a long enough one costs time and payload
   call twice, as a step's output with an approval does, far below Temporal's 2 MB);
 - depth: at most ``MAX_DEPTH`` levels of ``[``/``{``, counted outside strings in one linear scan.
 
-The activity that receives a model's answer puts ``guard_response`` between the provider and
-everything else: arguments that fail a guard are replaced by a small marker object
-(``{"errands:refused": "<what was wrong>"}``) before the step is stored or returned, so neither
-Temporal payloads nor the requests that show the call to the model again carry them. The parser
-reads the marker as the mistake it stands for.
+The model router (``errands.adapters.routing``) puts ``guard_response`` between every provider
+and everything else: arguments that fail a guard are replaced by a small marker object
+(``{"errands:refused": "<what was wrong>"}``) before a step activity stores or returns them, so
+neither Temporal payloads, stored steps nor the requests that show the call to the model again
+carry them. The parser reads the marker as the mistake it stands for.
 
 Deterministic and import-light (the standard library and the contracts): workflows import it.
 """
