@@ -32,7 +32,6 @@ from errands.contracts import ids
 from errands.contracts.activities import (
     BranchStepInput,
     BranchStepOutput,
-    OpenBranchInput,
     RecordBranchInput,
     RoundStepInput,
     RoundStepOutput,
@@ -132,11 +131,6 @@ class ModelActivities:
             work_tools=work_tools,
             approvals=approvals,
         )
-
-    @activity.defn(name="open_branch")
-    async def open_branch(self, data: OpenBranchInput) -> None:
-        """Start a branch's own thread: its instructions and the messages it cites, verbatim."""
-        await asyncio.to_thread(open_threads, self._store, [data])
 
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:

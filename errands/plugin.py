@@ -211,7 +211,6 @@ def build_activities(
         session.record_event,
         session.read_message,
         models.round_step,
-        models.open_branch,
         models.branch_step,
         tool_calls.run_branch_tool,
         tool_calls.run_round_tool,

@@ -1,12 +1,15 @@
 """Recorded histories replay against the current workflow code: a change that alters the command
 sequence of running tasks fails here, not in production.
 
-Record them again with ``ERRANDS_RECORD_HISTORIES=1 make test`` (only when a change is guarded or
-the previous release's tasks have drained)."""
+The histories are the support window's (docs/operations.md): the previous release's (``r5-``,
+0.1.0) and this release's (``r6-``, 0.2.0, recorded with ``ERRANDS_RECORD_HISTORIES=r6 make
+test``; the unprefixed ones were recorded for new paths as the release was made). When a release
+is cut, the next prefix records its set and the oldest set leaves."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -20,10 +23,20 @@ from tests.helpers import HISTORIES
 pytestmark = pytest.mark.fast
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
+WINDOW = ("r5-", "r6-")
+"""The releases whose tasks this code replays: the previous one and this one."""
+RELEASE = re.compile(r"r\d+-")
 
 
 def test_histories_are_recorded() -> None:
     assert len(RECORDED) >= 5, f"expected recorded histories under {HISTORIES}"
+
+
+def test_every_recorded_history_is_of_a_release_in_the_window() -> None:
+    outside = [p.name for p in RECORDED if RELEASE.match(p.name) and not p.name.startswith(WINDOW)]
+    assert not outside, f"histories from before the support window: {outside}"
+    for prefix in WINDOW:
+        assert any(p.name.startswith(prefix) for p in RECORDED), f"no {prefix}* histories"
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])

@@ -30,12 +30,11 @@ with workflow.unsafe.imports_passed_through():
     from errands.errors import ModelMistake
     from workflows._log import log_event
     from workflows._options import store_call
-    from workflows._patches import RunPatches
     from workflows._repairs import append_exchange
 
 
 async def ask(
-    data: TaskInput, state: TaskState, patches: RunPatches, slot: Slot, call: ToolCall
+    data: TaskInput, state: TaskState, slot: Slot, call: ToolCall
 ) -> Rejection | QuestionSet | None:
     """The questions put to the user (the slot now holds them and waits), or None when they
     were answered from memory or headlessly and the slot carries on. A bad call comes back to
@@ -58,22 +57,20 @@ async def ask(
         return None
     slot.call, slot.questions = call, questions
     slot.deadline = workflow.now() + timedelta(hours=data.settings.ask_timeout_hours)
-    if patches.questions_logged:
-        await log_event(
-            data.task_id,
-            f"{questions.id}:asked",
-            "question_asked",
-            questions.id,
-            round=slot.round,
-            question_set_id=questions.id,
-            headers=[q.header for q in questions.questions],
-        )
+    await log_event(
+        data.task_id,
+        f"{questions.id}:asked",
+        "question_asked",
+        questions.id,
+        round=slot.round,
+        question_set_id=questions.id,
+        headers=[q.header for q in questions.questions],
+    )
     return questions
 
 
 async def record_answer(
     data: TaskInput,
-    patches: RunPatches,
     slot: Slot,
     call: ToolCall,
     questions: QuestionSet,
@@ -81,16 +78,15 @@ async def record_answer(
 ) -> bool:
     """Remember an accepted decision and give the model what the user said; True when the
     user dismissed the question (chose nothing at all)."""
-    if patches.questions_logged:
-        await log_event(
-            data.task_id,
-            f"{questions.id}:answered",
-            "question_answered",
-            questions.id,
-            round=slot.round,
-            question_set_id=questions.id,
-            status="timed_out" if answer is None else answer.status,
-        )
+    await log_event(
+        data.task_id,
+        f"{questions.id}:answered",
+        "question_answered",
+        questions.id,
+        round=slot.round,
+        question_set_id=questions.id,
+        status="timed_out" if answer is None else answer.status,
+    )
     if answer is None:
         result = timed_out_result(data.settings.ask_timeout_hours)
     else:

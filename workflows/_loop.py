@@ -45,10 +45,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._status import TaskStatus
     from workflows._waiting import HandOver, PendingQuestion
 
-INTERRUPTIBLE_ROUNDS = "branches-interruptible-by-a-message"
-"""Patch: a round's branches run beside a wait for an interrupting message. Runs from before it
-await the branches directly. Asked as the branches start in runs from before RunPatches."""
-
 
 class RoundLoop:
     """The rounds of one task, from the round its state is at until a reply or a failure."""
@@ -73,7 +69,7 @@ class RoundLoop:
     async def run(self, patches: RunPatches) -> None:
         self._patches = patches
         state = self._state
-        decider = RoundDecider(self._data, state, self.approve, patches)
+        decider = RoundDecider(self._data, state, self.approve)
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None
@@ -194,21 +190,18 @@ class RoundLoop:
         state, todo = self._state, to_start(decision, done)
         self._status.phase = f"round {round_}: {len(todo)} subtasks running"
         branches = run_branches(self._data, state, round_, upto, todo, done, self._branch_ended)
-        if not (self._patches.interruptible_rounds or workflow.patched(INTERRUPTIBLE_ROUNDS)):
-            outcomes = await branches
-        else:
-            self.interrupted = False
-            running = asyncio.ensure_future(branches)
-            try:
-                await workflow.wait_condition(lambda: running.done() or self.interrupted)
-            except asyncio.CancelledError:
-                running.cancel()  # the task is canceled: so are its branches
-                await asyncio.gather(running, return_exceptions=True)
-                raise
-            if not running.done():
-                await self._interrupt(round_, decision, running)
-                return
-            outcomes = running.result()
+        self.interrupted = False
+        running = asyncio.ensure_future(branches)
+        try:
+            await workflow.wait_condition(lambda: running.done() or self.interrupted)
+        except asyncio.CancelledError:
+            running.cancel()  # the task is canceled: so are its branches
+            await asyncio.gather(running, return_exceptions=True)
+            raise
+        if not running.done():
+            await self._interrupt(round_, decision, running)
+            return
+        outcomes = running.result()
         signature = failure_signature(outcomes)
         repeated = bool(signature) and signature == state.last_signature
         state.streak = state.streak + 1 if repeated else int(bool(signature))

@@ -48,8 +48,8 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
 
 
 STORE_CALLS_LOCAL = "store-calls-as-local-activities"
-"""Patch: session-store calls run as local activities, inside the workflow task that needs them,
-instead of a round trip through the server each. Runs started before it replay the old way."""
+"""Deprecated patch (0.2.0): session-store calls run as local activities, inside the workflow
+task that needs them, instead of a round trip through the server each."""
 
 
 ArgT = TypeVar("ArgT")
@@ -107,11 +107,8 @@ async def store_call(method: Callable[[Any, ArgT], Awaitable[OutT]], arg: ArgT) 
     """A session-store activity: short, retried with backoff, never on a model's clock. A
     cancellation surfaces as one, so the workflow ends canceled rather than failed."""
     try:
-        if workflow.patched(STORE_CALLS_LOCAL):
-            return await workflow.execute_local_activity_method(
-                method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
-            )
-        return await workflow.execute_activity_method(
+        workflow.deprecate_patch(STORE_CALLS_LOCAL)
+        return await workflow.execute_local_activity_method(
             method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
         )
     except ActivityError as error:

@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._asking import ask, record_answer
     from workflows._failures import Failure, describe
     from workflows._options import model_step, store_call
-    from workflows._patches import RunPatches
     from workflows._repairs import (
         Narration,
         append_exchange,
@@ -52,16 +51,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows._round_tools import Approver, run_round_tools
 
 NARRATION_REPAIRED = "narration-repaired-on-slot"
-"""Patch: a step in prose (or empty) on the last slot that could take the round is repaired on
-that slot, like a rejected call, instead of ending the round. Runs from before fail the round."""
+"""Deprecated patch (0.2.0): a step in prose (or empty) on the last slot that could take the
+round is repaired on that slot, like a rejected call, instead of ending the round."""
 
 READ_MESSAGE_TOOL = "read-message-work-tool"
-"""Patch: a round's ``read_message`` call shows the stored output it names. Runs from before
-refused it as an unknown tool."""
+"""Deprecated patch (0.2.0): a round's ``read_message`` call shows the stored output it names."""
 
 OUTPUT_LIMIT_REPAIRED = "output-limit-is-its-own-repair"
-"""Patch: a tool call the output-token limit cut off is rejected as such, whatever its tool,
-instead of being read as if complete. Runs from before read it."""
+"""Deprecated patch (0.2.0): a tool call the output-token limit cut off is rejected as such,
+whatever its tool, instead of being read as if complete."""
 
 CUT_OFF = frozenset({"length", "max_tokens"})
 """The finish reasons (OpenAI, Anthropic) of a response the output-token limit ended."""
@@ -115,12 +113,10 @@ class RoundDecider:
         data: TaskInput,
         state: TaskState,
         approve: Approver | None = None,
-        patches: RunPatches | None = None,
     ) -> None:
         self._data = data
         self._state = state
         self._approve = approve
-        self._patches = patches or RunPatches.none()
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
     async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
@@ -132,7 +128,7 @@ class RoundDecider:
         answer becomes the call's tool result, then the attempt steps on."""
         slot, call, questions = waiting.slot, waiting.call, waiting.questions
         slot.call, slot.questions, slot.deadline = None, None, None
-        dismissed = await record_answer(self._data, self._patches, slot, call, questions, answer)
+        dismissed = await record_answer(self._data, slot, call, questions, answer)
         if dismissed:
             # One last step, and the round ends with a short reply.
             slot.reason, slot.steps_left = prompts.DISMISSED_REASON, 1
@@ -177,8 +173,8 @@ class RoundDecider:
                     repair = repair_exchange(call_id, outcome)
                 if slot.repair == settings.max_repairs or state.steps >= settings.step_budget:
                     break
-                if isinstance(outcome, Narration) and not workflow.patched(NARRATION_REPAIRED):
-                    break
+                if isinstance(outcome, Narration):
+                    workflow.deprecate_patch(NARRATION_REPAIRED)
                 slot.extra = slot.extra + repair
                 slot.repair += 1
             if slot.slot_index + 1 == len(self._models):
@@ -297,19 +293,10 @@ class RoundDecider:
             offered.add(ASK_USER)
         work = {ADVISOR_TOOL, READ_MESSAGE, *out.work_tools} if follow_up else set()
         decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
-        if (
-            isinstance(decision, ToolCall)
-            and decision.name == READ_MESSAGE
-            and not workflow.patched(READ_MESSAGE_TOOL)
-        ):
-            # Runs from before knew no such tool: the call is refused, as it was then.
-            work.discard(READ_MESSAGE)
-            decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
-        if (
-            response.tool_calls
-            and response.finish_reason in CUT_OFF
-            and workflow.patched(OUTPUT_LIMIT_REPAIRED)
-        ):
+        if isinstance(decision, ToolCall) and decision.name == READ_MESSAGE:
+            workflow.deprecate_patch(READ_MESSAGE_TOOL)
+        if response.tool_calls and response.finish_reason in CUT_OFF:
+            workflow.deprecate_patch(OUTPUT_LIMIT_REPAIRED)
             decision = cut_off(response.tool_calls[-1], self._data.settings.max_output_tokens)
         return decision
 
@@ -367,7 +354,7 @@ class RoundDecider:
 
     async def _ask(self, slot: Slot, call: ToolCall) -> Rejection | Waiting | None:
         """Put a question to the user (the slot then waits), or carry on with it answered."""
-        asked = await ask(self._data, self._state, self._patches, slot, call)
+        asked = await ask(self._data, self._state, slot, call)
         return Waiting(slot) if isinstance(asked, QuestionSet) else asked
 
     @staticmethod

@@ -42,12 +42,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows._patches import RunPatches
 
 TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
-"""Patch: a tool call whose every attempt failed stores that as its result and the branch goes
-on. Branches from before failed there."""
+"""Deprecated patch (0.2.0): a tool call whose every attempt failed stores that as its result
+and the branch goes on."""
 
 ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
-"""Patch: the thread is opened by the first step and the row written by the last, instead of
-two activities of their own. Histories of branches started before it replay the old way."""
+"""Deprecated patch (0.2.0): the thread is opened by the first step and the row written by the
+last, instead of two activities of their own (``open_branch`` is gone with it)."""
 
 
 @workflow.defn(name="SubtaskWorkflow")
@@ -65,14 +65,12 @@ class SubtaskWorkflow:
     async def run(self, data: SubtaskInput) -> SubtaskResult:
         self._patches = RunPatches.of_branch()
         thread_id = workflow.info().workflow_id
-        merged = workflow.patched(ONE_ACTIVITY_PER_STEP)
+        workflow.deprecate_patch(ONE_ACTIVITY_PER_STEP)
         ledger = UsageLedger()
         ledger.merge("branches", data.usage)
         ledger.merge("compaction", data.compaction)
         opening = self._opening(data, thread_id) if data.first_step == 0 else None
         record = self._record(data, thread_id, "completed", None)
-        if opening is not None and not merged:
-            await store_call(ModelActivities.open_branch, opening)
         status, error, steps = "failed", "", data.first_step
         for step in range(data.first_step, data.step_limit):
             if step > data.first_step:
@@ -87,8 +85,8 @@ class SubtaskWorkflow:
                 subtask_type=data.subtask_type,
                 last_step=step == data.step_limit - 1,
                 max_output_tokens=data.max_output_tokens,
-                open=opening if merged and step == data.first_step else None,
-                record=record if merged else None,
+                open=opening if step == data.first_step else None,
+                record=record,
             )
             out = await self._step(data, step_input, ledger)
             if isinstance(out, str):
@@ -100,8 +98,8 @@ class SubtaskWorkflow:
             await self._tool_calls(data, step, out)
         else:
             error = f"ran out of steps ({data.step_limit}) without a final answer"
-        if status != "completed" or not merged:
-            # A completed branch's row was written by its last step (after the patch).
+        if status != "completed":
+            # A completed branch's row was written by its last step.
             await store_call(
                 SessionActivities.record_branch,
                 self._record(data, thread_id, status, error or None),
@@ -244,9 +242,7 @@ class SubtaskWorkflow:
                 summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
             )
 
-        if not workflow.patched(TOOL_FAILURE_STORED):
-            await asyncio.gather(*(run(i, verdicts.get(i)) for i in range(calls)))
-            return
+        workflow.deprecate_patch(TOOL_FAILURE_STORED)
         outcomes = await asyncio.gather(
             *(run(i, verdicts.get(i)) for i in range(calls)), return_exceptions=True
         )

@@ -54,13 +54,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows._status import TaskStatus
     from workflows._waiting import PendingQuestion
 
-TASK_END_LOGGED = "task-end-in-the-event-log"
-"""Patch: a task that fails or is canceled writes that to the event log. Runs from before it
-replay without the call. Asked at the end in runs from before RunPatches."""
-
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
-"""Patch: opening the task also prepares round 0, one store call instead of two. Runs started
-before it replay with round 0 prepared by a call of its own."""
+"""Deprecated patch (0.2.0): opening the task also prepares round 0, one store call instead of
+two."""
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -262,13 +258,14 @@ class TaskWorkflow:
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()
+                workflow.deprecate_patch(FIRST_ROUND_PREPARED_AT_OPEN)
                 opened = await store_call(
                     SessionActivities.open_task,
                     OpenTaskInput(
                         task_id=data.task_id,
                         session_id=data.session_id,
                         text=data.text,
-                        prepare_first_round=workflow.patched(FIRST_ROUND_PREPARED_AT_OPEN),
+                        prepare_first_round=True,
                     ),
                 )
                 self.state.types = opened.types
@@ -318,9 +315,8 @@ class TaskWorkflow:
 
     async def _log_end(self, type_: EventType, **data: Any) -> None:
         """The event log's last event when the task fails or is canceled (a reply's is written
-        with the reply). Runs from before the log replay without it."""
-        if self._patches.task_end_logged or workflow.patched(TASK_END_LOGGED):
-            await log_event(self.data.task_id, type_, type_, self.data.task_id, **data)
+        with the reply)."""
+        await log_event(self.data.task_id, type_, type_, self.data.task_id, **data)
 
     def _result(self) -> TaskResult:
         data, state, shown = self.data, self.state, self._status
