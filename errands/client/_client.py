@@ -20,8 +20,9 @@ from temporalio.service import RPCError
 from errands.adapters.store import SessionStore, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
-from errands.client._handle import RANDOM_BYTES, TASK_WORKFLOW, TaskHandle
+from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._refusals import refusal
+from errands.client._task_calls import TASK_WORKFLOW
 from errands.contracts import ids, search
 from errands.contracts.messages import StoredMessage
 from errands.contracts.workflows import TaskInput, TaskResult

@@ -6,25 +6,19 @@ import asyncio
 import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client as TemporalClient
 from temporalio.client import (
-    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
-    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
-    WorkflowUpdateHandle,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-    WorkflowUpdateStage,
 )
 from temporalio.exceptions import ActivityError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from errands.client._queued import ENDED, start_next
-from errands.client._refusals import ending, innermost, kind_of, no_worker, polled, refusal
+from errands.client._refusals import innermost, kind_of, refusal
+from errands.client._task_calls import TaskCalls
 from errands.contracts import search
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
@@ -35,48 +29,21 @@ from errands.contracts.workflows import (
     MessageReceipt,
     SendMessage,
     SideQuestion,
-    TaskError,
     TaskResult,
 )
 from errands.errors import (
-    AnswerRejected,
     Conflict,
     InvalidRequest,
-    NoWorker,
     SideQuestionFailed,
     TaskEnded,
-    TaskNotFound,
-    Unavailable,
 )
 
 if TYPE_CHECKING:
-    from errands.client._client import Client
+    pass
 
-TASK_WORKFLOW = "TaskWorkflow"
 SIDE_QUESTION_WORKFLOW = "SideQuestionWorkflow"
 RANDOM_BYTES = 8
 """Random part of task and side-question ids: 64 bits, so two never collide."""
-
-_Result = TypeVar("_Result")
-
-FAILOVER_SECONDS = 20.0
-"""How long a query or an update (a message, an answer, an approval) is tried again while a
-worker polls the task's queue but the task does not answer: its own worker died mid-task, and
-Temporal hands the task to another once the dead one's time is out (up to 10 s on its sticky
-queue, by default). With no worker polling at all, the refusal comes at once."""
-
-
-_TIMED_OUT = (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
-"""How a query's ``rpc_timeout`` ends."""
-
-
-def _workflow_not_ready(error: RPCError) -> bool:
-    """Whether Temporal refused an update because the workflow's task is failing or timed out
-    (it answers FAILED_PRECONDITION with a WorkflowNotReadyFailure), not for good."""
-    return error.status == RPCStatusCode.FAILED_PRECONDITION and (
-        "WorkflowNotReady" in repr(error.raw_grpc_status)
-        or "Workflow Task in failed state" in error.message
-    )
 
 
 @dataclass(frozen=True)
@@ -89,14 +56,8 @@ class TaskInfo:
     session_id: str | None
 
 
-class TaskHandle:
+class TaskHandle(TaskCalls):
     """One task: its state, its result, and everything a frontend may send it."""
-
-    def __init__(self, client: Client, task_id: str, *, session_id: str | None = None) -> None:
-        self._client = client
-        self.task_id = task_id
-        self.session_id = session_id
-        """The task's session, when known without asking (a handle from ``start``)."""
 
     def __repr__(self) -> str:
         return f"TaskHandle({self.task_id!r})"
@@ -198,42 +159,28 @@ class TaskHandle:
         ``question_set_id``: refuse the answer unless that question set is the one pending."""
         if int(dismiss) + int(cancel) + int(bool(answers)) > 1:
             raise InvalidRequest("give answers, or dismiss, or cancel: one of them")
-        description = await self._running("there is no question to answer")
-        pending = await self._query(description, "pending_question")
-        if not pending:
-            raise Conflict(
-                f"task {self.task_id} has no question waiting for an answer; its status shows "
-                "what it is doing"
-            )
-        if question_set_id and question_set_id != pending["id"]:
-            raise Conflict(
-                f"this answer is for question set {question_set_id!r}, but the question "
-                f"waiting now is {pending['id']!r}; read it again and answer that one"
-            )
-        payload = {
-            "question_set_id": pending["id"],
-            "status": "cancelled" if cancel else "answered",
-            "answers": {} if dismiss or cancel else dict(answers or {}),
-        }
-        handle = self._temporal.get_workflow_handle(self.task_id)
-        try:
-            receipt: AnswerReceipt = await handle.execute_update(
-                "answer_question",
-                payload,
-                result_type=AnswerReceipt,
-                rpc_timeout=timedelta(seconds=self._client.query_timeout),
-            )
-            return receipt
-        except WorkflowUpdateFailedError as error:
-            reason = innermost(error)
-            # The validator says "no question waiting" when someone else answered first.
-            if await self._query(description, "pending_question"):
-                raise AnswerRejected(f"answer rejected: {reason}") from None
-            raise Conflict(f"answer rejected: {reason}") from None
-        except WorkflowUpdateRPCTimeoutOrCancelledError as error:
-            raise await self._no_worker(description, str(error)) from None
-        except RPCError as error:
-            raise self._ended_meanwhile(error) from None
+
+        def payload(pending: dict[str, Any]) -> dict[str, Any]:
+            if question_set_id and question_set_id != pending["id"]:
+                raise Conflict(
+                    f"this answer is for question set {question_set_id!r}, but the question "
+                    f"waiting now is {pending['id']!r}; read it again and answer that one"
+                )
+            return {
+                "question_set_id": pending["id"],
+                "status": "cancelled" if cancel else "answered",
+                "answers": {} if dismiss or cancel else dict(answers or {}),
+            }
+
+        return await self._answer_pending(
+            waiting="pending_question",
+            update="answer_question",
+            payload=payload,
+            result_type=AnswerReceipt,
+            what="question",
+            awaits="an answer",
+            consequence="there is no question to answer",
+        )
 
     async def say(self, text: str, *, mode: str = "steer") -> MessageReceipt:
         """Send a message into the running task. ``steer`` (the default): into its session,
@@ -294,40 +241,27 @@ class TaskHandle:
     async def _answer_approval(
         self, decision: ApprovalChoice, reason: str | None, approval_id: str | None
     ) -> ApprovalReceipt:
-        description = await self._running("there is no tool call to approve")
-        pending = await self._query(description, "pending_approval")
-        if not pending:
-            raise Conflict(
-                f"task {self.task_id} has no tool call waiting for approval; its status shows "
-                "what it is doing"
+
+        def payload(pending: dict[str, Any]) -> ApprovalAnswer:
+            if approval_id and approval_id != pending["approval_id"]:
+                raise Conflict(
+                    f"this answer is for approval {approval_id!r}, but the call waiting now is "
+                    f"{pending['approval_id']!r} ({pending['tool']}); read it again and answer "
+                    "that one"
+                )
+            return ApprovalAnswer(
+                approval_id=pending["approval_id"], decision=decision, reason=reason
             )
-        if approval_id and approval_id != pending["approval_id"]:
-            raise Conflict(
-                f"this answer is for approval {approval_id!r}, but the call waiting now is "
-                f"{pending['approval_id']!r} ({pending['tool']}); read it again and answer "
-                "that one"
-            )
-        answer = ApprovalAnswer(
-            approval_id=pending["approval_id"], decision=decision, reason=reason
+
+        return await self._answer_pending(
+            waiting="pending_approval",
+            update="answer_approval",
+            payload=payload,
+            result_type=ApprovalReceipt,
+            what="tool call",
+            awaits="approval",
+            consequence="there is no tool call to approve",
         )
-        handle = self._temporal.get_workflow_handle(self.task_id)
-        try:
-            receipt: ApprovalReceipt = await handle.execute_update(
-                "answer_approval",
-                answer,
-                result_type=ApprovalReceipt,
-                rpc_timeout=timedelta(seconds=self._client.query_timeout),
-            )
-            return receipt
-        except WorkflowUpdateFailedError as error:
-            reason = innermost(error)
-            if await self._query(description, "pending_approval"):
-                raise AnswerRejected(f"approval answer rejected: {reason}") from None
-            raise Conflict(f"approval answer rejected: {reason}") from None
-        except WorkflowUpdateRPCTimeoutOrCancelledError as error:
-            raise await self._no_worker(description, str(error)) from None
-        except RPCError as error:
-            raise self._ended_meanwhile(error) from None
 
     async def btw(self, question: str) -> SideAnswer:
         """A side question about the task, answered without touching it (running, waiting on
@@ -364,143 +298,6 @@ class TaskHandle:
         except RPCError as error:
             raise self._ended_meanwhile(error) from None
 
-    # -- the parts --------------------------------------------------------------------------
-
-    @property
-    def _temporal(self) -> TemporalClient:
-        return self._client.temporal
-
-    async def _describe(self) -> WorkflowExecutionDescription:
-        try:
-            description = await self._temporal.get_workflow_handle(self.task_id).describe()
-        except RPCError as error:
-            raise refusal(error, self.task_id, self._client.namespace) from None
-        if description.workflow_type != TASK_WORKFLOW:
-            raise TaskNotFound(
-                f"{self.task_id!r} is a {description.workflow_type}, not a task; give a task id "
-                "(task-<session>-<n>) as returned when the task was started"
-            )
-        return description
-
-    async def _running(self, consequence: str) -> WorkflowExecutionDescription:
-        description = await self._describe()
-        if description.status != WorkflowExecutionStatus.RUNNING:
-            ended = description.status.name.lower() if description.status else "closed"
-            raise TaskEnded(self.task_id, ended, consequence)
-        return description
-
-    async def _query(
-        self,
-        description: WorkflowExecutionDescription,
-        name: str,
-        result_type: type[_Result] | None = None,
-    ) -> Any:
-        """A query of a running task, bounded: without a worker it would wait indefinitely."""
-        handle = self._temporal.get_workflow_handle(description.id)
-        until = asyncio.get_running_loop().time() + FAILOVER_SECONDS
-        while True:
-            try:
-                return await handle.query(
-                    name,
-                    result_type=result_type,
-                    rpc_timeout=timedelta(seconds=self._client.query_timeout),
-                )
-            except WorkflowQueryFailedError as error:
-                raise Unavailable(
-                    f"task {description.id} could not answer the {name!r} query ({error}); "
-                    "its worker's log says why"
-                ) from None
-            except RPCError as error:
-                if error.status in _TIMED_OUT and await self._failing_over(description, until):
-                    continue
-                raise await self._no_worker(description, error.message) from None
-
-    async def _live(self, description: WorkflowExecutionDescription) -> TaskResult | None:
-        """The ``status`` query; None when the task ended between the describe and the query."""
-        try:
-            live: TaskResult = await self._query(description, "status", TaskResult)
-            return live
-        except NoWorker:
-            again = await self._describe()
-            if again.status == WorkflowExecutionStatus.RUNNING:
-                raise
-            return None
-
-    async def _start_update(
-        self,
-        description: WorkflowExecutionDescription,
-        name: str,
-        arg: Any,
-        result_type: type[_Result],
-    ) -> WorkflowUpdateHandle[_Result]:
-        """Start an update once the task's worker has accepted it, within the bound of a query;
-        its result then takes as long as the work does."""
-        handle = self._temporal.get_workflow_handle(description.id)
-        until = asyncio.get_running_loop().time() + FAILOVER_SECONDS
-        while True:
-            try:
-                return await handle.start_update(
-                    name,
-                    arg,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                    result_type=result_type,
-                    rpc_timeout=timedelta(seconds=self._client.query_timeout),
-                )
-            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
-                not_ready = isinstance(error, RPCError) and _workflow_not_ready(error)
-                timed_out = isinstance(error, WorkflowUpdateRPCTimeoutOrCancelledError)
-                if (not_ready or timed_out) and await self._failing_over(description, until):
-                    continue
-                detail = error.message if isinstance(error, RPCError) else str(error)
-                raise await self._no_worker(description, detail) from None
-
-    async def _failing_over(self, description: WorkflowExecutionDescription, until: float) -> bool:
-        """Whether to ask the task again after a refusal or a timeout: a worker polls its queue,
-        so its own may have just died, and Temporal hands its work to another once the dead
-        one's times out; until ``until`` (loop time)."""
-        if asyncio.get_running_loop().time() >= until:
-            return False
-        if not await polled(self._temporal, description.task_queue, self._client.query_timeout):
-            return False
-        await asyncio.sleep(0.5)
-        return True
-
-    async def _closed(self, description: WorkflowExecutionDescription) -> TaskResult:
-        """A closed task's result. A task that ended without one (canceled, terminated, timed
-        out) is described by its last ``status``, which a worker replays from its history, so
-        its session, usage and last round (what a side question needs) are still at hand;
-        without a worker only the way it ended is known."""
-        handle = self._temporal.get_workflow_handle(self.task_id, result_type=TaskResult)
-        try:
-            return await handle.result(follow_runs=True)
-        except WorkflowFailureError as error:
-            status, kind, message = ending(error)
-        except RPCError as error:
-            raise refusal(error, self.task_id, self._client.namespace) from None
-        session_id = description.typed_search_attributes.get(search.SESSION)
-        last = TaskResult(
-            task_id=self.task_id, session_id=session_id or self.session_id or "", status=status
-        )
-        try:
-            last = await handle.query(
-                "status",
-                result_type=TaskResult,
-                rpc_timeout=timedelta(seconds=self._client.query_timeout),
-            )
-        except (RPCError, WorkflowQueryFailedError):
-            pass  # no worker to replay it: what it ended as is all there is
-        return last.model_copy(
-            update={
-                "status": status,
-                "reply": None,
-                "replied_by": None,
-                "join_reason": None,
-                "error": TaskError(kind=kind, message=message),
-                "phase": status,
-                "pending_question": None,
-            }
-        )
-
     async def _ask_finished(self, closed: TaskResult, question: str) -> SideAnswer:
         """A finished task takes no updates: a short-lived workflow answers from its latest
         round, with the task's side-question model and timeout (a task that ended without a
@@ -521,11 +318,3 @@ class TaskHandle:
             task_queue=settings.task_queue,
             result_type=SideAnswer,
         )
-
-    async def _no_worker(self, description: WorkflowExecutionDescription, detail: str) -> NoWorker:
-        return await no_worker(self._temporal, description, detail, self._client.query_timeout)
-
-    def _ended_meanwhile(self, error: RPCError) -> Exception:
-        if "completed" in error.message.lower():
-            return TaskEnded(self.task_id, "completed", "it ended while the request was on its way")
-        return refusal(error, self.task_id, self._client.namespace)

@@ -21,6 +21,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from errands.client._refusals import refusal
+from errands.client._task_calls import TASK_WORKFLOW
 from errands.contracts import ids, search
 from errands.contracts.workflows import MessageReceipt, TaskInput
 from errands.errors import Unavailable
@@ -28,7 +29,6 @@ from errands.errors import Unavailable
 if TYPE_CHECKING:
     from errands.client._client import Client
 
-TASK_WORKFLOW = "TaskWorkflow"
 ENDED = ("replied", "failed", "canceled")
 """The statuses of a task that is ending: it takes no more messages."""
 
