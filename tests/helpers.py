@@ -1,5 +1,5 @@
 """What the tests share: ``eventually`` (wait for state, never for time), the scripted-reply
-builders (``final``, ``delegate``, ``general``, ``ask``, ``tool``, ``advisor``), starting tasks
+builders (``final``, ``delegate``, ``general``, ``ask``, ``tool``, ``advisor_call``), starting tasks
 and reading their histories. See tests/README.md."""
 
 from __future__ import annotations
@@ -73,9 +73,19 @@ def tool(name: str, /, **arguments: Any) -> Reply:
     return Reply(calls=[Call(name, arguments)])
 
 
-def advisor(question: str) -> Reply:
+def advisor_call(question: str) -> Reply:
     """The model consults the advisor."""
     return tool("advisor", question=question)
+
+
+async def until_waiting(handle: WorkflowHandle[Any, Any], timeout: float = 60) -> TaskResult:
+    """The task's status once it waits for the user (a question or an approval)."""
+
+    async def waiting() -> TaskResult | None:
+        status = await handle.query("status", result_type=TaskResult)
+        return status if status.status == "waiting_for_user" else None
+
+    return await eventually(waiting, f"task {handle.id} to wait for the user", timeout=timeout)
 
 
 def new_ids(prefix: str = "t") -> tuple[str, str]:

@@ -6,7 +6,9 @@ request that lacks ``Authorization: Bearer T`` with a 401.
 
 Tools:
 
-- ``write(name, text, delay=0)`` waits ``delay`` seconds, then stores ``PATH/<name>.txt`` and
+- ``write(name, text, delay=0, hold=False)`` waits ``delay`` seconds (and, with ``hold``, until
+  the test creates ``PATH/<name>.release``; a held call stopped by its client is appended to
+  ``PATH/stopped.jsonl``), then stores ``PATH/<name>.txt`` and
   appends ``{"name", "idempotency_key"}`` to ``PATH/writes.jsonl``; the key is the
   ``errands/idempotency_key`` entry of the request's ``_meta`` (null when absent), so a test can
   see exactly what the client sent. A call whose key was written before writes nothing again
@@ -101,13 +103,21 @@ def build_server(notes: Path) -> MCPServer:
     )
 
     @server.tool(description="Write a note called `name` with the given text.")
-    async def write(name: str, text: str, ctx: Context, delay: float = 0) -> str:
+    async def write(
+        name: str, text: str, ctx: Context, delay: float = 0, hold: bool = False
+    ) -> str:
         if not name or "/" in name or "\\" in name or name.startswith("."):
             raise ValueError(f"a note name is a plain file name, not {name!r}")
         meta = ctx.request_context.meta or {}
         record = {"name": name, "idempotency_key": meta.get(IDEMPOTENCY_META_KEY)}
         append(notes / "calls.jsonl", record)
         await anyio.sleep(delay)
+        try:
+            while hold and not (notes / f"{name}.release").exists():
+                await anyio.sleep(0.02)
+        except anyio.get_cancelled_exc_class():
+            append(notes / "stopped.jsonl", record)
+            raise
         if record["idempotency_key"] is None or record not in logged(notes / "writes.jsonl"):
             (notes / f"{name}.txt").write_text(text, encoding="utf-8")
             append(notes / "writes.jsonl", record)

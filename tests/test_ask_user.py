@@ -5,17 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import keep_history, start_task
+from tests.helpers import ask, eventually, final, keep_history, start_task, until_waiting
 
 MODEL = "openai:gpt-ask"
 
@@ -29,25 +28,8 @@ DATABASE = {
 }
 
 
-def ask(*questions: dict[str, Any], **extra: Any) -> Reply:
-    return Reply(calls=[Call("ask_user", {"questions": list(questions), **extra})])
-
-
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
-
-
 def last_tool_result(request: RecordedRequest) -> str:
     return [m for m in request.body["messages"] if m["role"] == "tool"][-1]["content"]
-
-
-async def until_waiting(handle: WorkflowHandle[Any, Any]) -> TaskResult:
-    for _ in range(300):
-        status = await handle.query("status", result_type=TaskResult)
-        if status.status == "waiting_for_user":
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError("the task never waited for the user")
 
 
 async def test_a_question_is_answered_through_the_cli_and_the_same_round_resumes(
@@ -201,11 +183,12 @@ async def test_an_invalid_signal_is_recorded_and_the_question_stays_pending(
     qs_id = status.pending_question["id"]  # type: ignore[index]
     await handle.signal("submit_answer", {"question_set_id": qs_id, "answers": {"q1": ["Oracle"]}})
     await handle.signal("submit_answer", {"question_set_id": "nope", "answers": {}})
-    for _ in range(50):
+
+    async def both_recorded() -> TaskResult | None:
         status = await handle.query("status", result_type=TaskResult)
-        if len(status.answer_errors) == 2:
-            break
-        await asyncio.sleep(0.1)
+        return status if len(status.answer_errors) == 2 else None
+
+    status = await eventually(both_recorded, "both bad answers in answer_errors")
     assert status.status == "waiting_for_user"
     assert "PostgreSQL" in status.answer_errors[0] and "nope" in status.answer_errors[1]
     await handle.signal(
@@ -306,13 +289,11 @@ async def test_the_search_attribute_finds_exactly_the_waiting_tasks(
     await done.result()
     status = await until_waiting(waiting)
     query = f'ErrandsWaitingForUser = true AND TaskQueue = "{settings.task_queue}"'
-    found: list[str] = []
-    for _ in range(50):
-        found = [w.id async for w in client.list_workflows(query)]
-        if found:
-            break
-        await asyncio.sleep(0.2)
-    assert found == [waiting.id]
+
+    async def listed() -> list[str]:
+        return [w.id async for w in client.list_workflows(query)]
+
+    assert await eventually(listed, "the waiting task in visibility") == [waiting.id]
     await waiting.execute_update(
         "answer_question",
         {"question_set_id": status.pending_question["id"], "answers": {"q1": ["SQLite"]}},  # type: ignore[index]

@@ -11,7 +11,6 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
@@ -21,33 +20,25 @@ from temporalio.exceptions import CancelledError
 
 from errands.adapters.devserver import DevServer
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Gate, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import ACTIVITY_STARTED, Conversation, events_of, history_events, start_task
+from tests.helpers import (
+    ACTIVITY_STARTED,
+    Conversation,
+    delegate,
+    events_of,
+    eventually,
+    final,
+    general,
+    history_events,
+    start_task,
+)
 from tests.test_worker_crash import spawn_worker, worker_env
 
 MODEL = "openai:gpt-cancel"
-
-
-@dataclass
-class Held:
-    """Requests the scripted server holds, and when the server saw each one end: its handler
-    is cancelled when the client drops the connection (the server runs aiohttp with
-    ``handler_cancellation``), and finishes normally when the reply went out."""
-
-    ends: list[tuple[float, bool]] = field(default_factory=list)
-    arrivals: list[float] = field(default_factory=list)
-
-    def hold(self, reply: Reply) -> Reply:
-        # Called inside the server's request handler: its task is that request's.
-        handler = asyncio.current_task()
-        assert handler is not None
-        self.arrivals.append(time.time())
-        handler.add_done_callback(lambda t: self.ends.append((time.time(), t.cancelled())))
-        return reply
 
 
 @pytest.fixture
@@ -70,29 +61,20 @@ async def quick_worker(
     await router.aclose()
 
 
-async def until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.05)
-
-
 async def test_cancelling_a_task_closes_its_held_model_request_within_three_seconds(
     client: Client, quick_worker: str, scripted: ScriptedModelServer
 ) -> None:
-    held = Held()
-    final = Reply(calls=[Call("final_reply", {"text": "too late"})], delay=10)
-    scripted.script("gpt-cancel", lambda r: held.hold(final))
+    held = Gate("the model call, never answered")
+    scripted.script("gpt-cancel", final("too late", hold=held))
     handle = await start_task(client, quick_worker, "q", model=MODEL)
-    await until(lambda: held.arrivals)
-    await asyncio.sleep(0.5)  # the call is well under way
+    await held.reached()
     cancelled_at = time.time()
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     assert isinstance(failure.value.cause, CancelledError)
-    await until(lambda: held.ends, timeout=10)
-    ended_at, was_cancelled = held.ends[0]
+    await eventually(lambda: held.ended, "the held request to end", timeout=10)
+    ended_at, was_cancelled = held.ended[0]
     assert was_cancelled, "the server saw the client drop the request, not a reply sent"
     assert ended_at - cancelled_at < 3, f"closed {ended_at - cancelled_at:.1f} s after the cancel"
 
@@ -100,23 +82,21 @@ async def test_cancelling_a_task_closes_its_held_model_request_within_three_seco
 async def test_cancelling_a_task_closes_its_branches_model_requests(
     client: Client, quick_worker: str, scripted: ScriptedModelServer
 ) -> None:
-    held = Held()
-    subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in (1, 2)]
-    convo = Conversation(
-        [Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})])],
-        lambda r: held.hold(Reply(text="too late", delay=10)),
+    held = Gate("the branches' model calls, never answered")
+    Conversation(
+        [delegate(general("part 1", 1), general("part 2", 1))],
+        lambda r: Reply(text="too late", hold=held),
         branches=2,
     ).install(scripted, "gpt-cancel")
     handle = await start_task(client, quick_worker, "q", model=MODEL)
-    await until(lambda: len(convo.branch_requests) == 2)
-    await asyncio.sleep(0.5)
+    await held.reached(2)
     cancelled_at = time.time()
     await handle.cancel()
     with pytest.raises(WorkflowFailureError):
         await handle.result()
-    await until(lambda: len(held.ends) == 2, timeout=10)
-    assert all(cancelled for _, cancelled in held.ends)
-    assert max(at for at, _ in held.ends) - cancelled_at < 3
+    await eventually(lambda: len(held.ended) == 2, "both held requests to end", timeout=10)
+    assert all(cancelled for _, cancelled in held.ended)
+    assert max(at for at, _ in held.ended) - cancelled_at < 3
 
 
 async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeout(
@@ -129,15 +109,8 @@ async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeou
     scripted: ScriptedModelServer,
 ) -> None:
     queue = f"killed-{uuid.uuid4().hex[:6]}"
-    asked: list[RecordedRequest] = []
-
-    def answer(request: RecordedRequest) -> Reply:
-        asked.append(request)
-        if len(asked) == 1:
-            return Reply(calls=[Call("final_reply", {"text": "never sent"})], delay=60)
-        return Reply(calls=[Call("final_reply", {"text": "survived"})])
-
-    scripted.script("gpt-cancel", answer, answer)
+    first_call = Gate("the first worker's model call, never answered")
+    scripted.script("gpt-cancel", final("never sent", hold=first_call), final("survived"))
     first = spawn_worker(worker_env(dev_server, queue, database_url, model_server))
     handle = await start_task(
         client,
@@ -148,7 +121,7 @@ async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeou
         settings=RoundSettings(heartbeat_timeout_seconds=3),
     )
     try:
-        await until(lambda: asked, timeout=60)
+        await first_call.reached()
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
@@ -173,8 +146,8 @@ async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeou
 async def test_a_call_longer_than_its_heartbeat_timeout_is_kept_alive_by_its_heartbeats(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
-    slow = Reply(calls=[Call("final_reply", {"text": "slow, alive"})], delay=5)
-    scripted.script("gpt-cancel", slow)
+    # The delay is the behaviour under test: a call longer than its heartbeat timeout.
+    scripted.script("gpt-cancel", final("slow, alive", delay=5))
     handle = await start_task(
         client,
         settings.task_queue,

@@ -9,8 +9,8 @@ import pytest
 
 from errands.adapters.scripted import ScriptedModelServer
 from tests.conftest import run_cli
+from tests.helpers import final
 from tests.test_cli_usage import a_clean_refusal
-from tests.test_rounds import final
 
 BAD = [
     ("ERRANDS_LOG_LEVEL", "LOUD", ["status", "x"]),

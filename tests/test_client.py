@@ -3,31 +3,27 @@ frontend needs, its typed refusals, and one result shape whether a task runs or 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
+from typing import Any
 
 import pytest
 from temporalio.client import Client as TemporalClient
 
 from errands import errors
-from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.adapters.scripted import Fail, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
-from errands.client import Client, new_task_id
+from errands.client import Client, TaskHandle, new_task_id
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import Conversation
-from tests.test_rounds import answer_branch, branch_prompt, delegate, final, general
+from tests.helpers import Conversation, ask, delegate, eventually, final, general
+from tests.test_rounds import answer_branch, branch_prompt
 
 DATABASE = {
     "question": "Which database should the new service use?",
     "header": "Database",
     "options": [{"label": "PostgreSQL"}, {"label": "SQLite"}],
 }
-
-
-def ask() -> Reply:
-    return Reply(calls=[Call("ask_user", {"questions": [DATABASE]})])
 
 
 def session() -> str:
@@ -41,14 +37,13 @@ async def errands_client(
     return Client(client, settings, store=store)
 
 
-async def until_waiting(task: object, timeout: float = 30) -> dict:
-    handle = task
-    for _ in range(int(timeout * 20)):
-        status = await handle.status()  # type: ignore[attr-defined]
-        if status.pending_question:
-            return status.pending_question
-        await asyncio.sleep(0.05)
-    raise AssertionError("the task never asked")
+async def asked(task: TaskHandle) -> dict[str, Any]:
+    """The task's pending question, once it asks."""
+
+    async def pending() -> dict[str, Any] | None:
+        return (await task.status()).pending_question
+
+    return await eventually(pending, f"task {task.task_id} to ask its question")
 
 
 async def test_run_replies_and_says_the_model_wrote_it(
@@ -65,9 +60,9 @@ async def test_run_replies_and_says_the_model_wrote_it(
 async def test_a_live_status_and_a_closed_result_have_one_shape(
     errands_client: Client, scripted: ScriptedModelServer
 ) -> None:
-    scripted.script("gpt-client", ask(), final("PostgreSQL it is."))
+    scripted.script("gpt-client", ask(DATABASE), final("PostgreSQL it is."))
     task = await errands_client.start("Set it up", session=session(), model="openai:gpt-client")
-    await until_waiting(task)
+    await asked(task)
     live = (await task.status()).public()
     assert live["status"] == "waiting_for_user" and live["pending_question"]
     await task.answer({"q1": ["PostgreSQL"]})
@@ -130,9 +125,9 @@ async def test_unknown_and_ended_tasks_are_refused_with_their_own_errors(
 async def test_answers_are_validated_and_a_stale_question_set_is_a_conflict(
     errands_client: Client, scripted: ScriptedModelServer
 ) -> None:
-    scripted.script("gpt-client", ask(), final("SQLite, then."))
+    scripted.script("gpt-client", ask(DATABASE), final("SQLite, then."))
     task = await errands_client.start("Set it up", model="openai:gpt-client")
-    pending = await until_waiting(task)
+    pending = await asked(task)
     with pytest.raises(errors.AnswerRejected, match="PostgreSQL"):
         await task.answer({"q1": ["MongoDB"]})
     with pytest.raises(errors.Conflict, match="read it again"):

@@ -23,7 +23,7 @@ from activities._context import session_view
 from errands.adapters.devserver import DevServer
 from errands.adapters.providers._errors import classify_provider_error
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.agent import context, reading
 from errands.agent.model_catalog import ModelInfo
@@ -35,7 +35,14 @@ from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import run_cli
-from tests.helpers import is_branch_request, is_summary_call, keep_history, start_task
+from tests.helpers import (
+    delegate,
+    final,
+    is_branch_request,
+    is_summary_call,
+    keep_history,
+    start_task,
+)
 from tests.test_worker_crash import spawn_worker, worker_env
 
 MODEL = "openai:ctx-16k"
@@ -310,13 +317,9 @@ def seed(store: SessionStore, session: str, count: int, size: int = 2_000) -> No
         )
 
 
-def delegate(count: int) -> Reply:
-    subtasks = [{"type": "general", "prompt": f"part {k}", "references": []} for k in range(count)]
-    return Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})])
-
-
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
+def parts(count: int) -> Reply:
+    """A round that delegates ``count`` subtasks citing nothing."""
+    return delegate(*(f"part {k}" for k in range(count)))
 
 
 def summaries(store: SessionStore, session: str) -> list[StoredMessage]:
@@ -328,7 +331,7 @@ async def test_a_session_far_beyond_the_window_is_compacted_and_its_summary_reus
 ) -> None:
     session = f"big-{uuid.uuid4().hex[:8]}"
     seed(store, session, 10_000)  # 20 MB: about 5 M tokens
-    first = Responder([delegate(3), final("all three done")])
+    first = Responder([parts(3), final("all three done")])
     windowed.responder = first
     handle = await start_task(
         client, context_worker.task_queue, "Do three things.", model=MODEL, session=session
@@ -447,7 +450,8 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
     seed(store, session, 40)  # 80 KB: past the trigger, so round 0 compacts first
     # Round 0 delegates; round 1 is held at the server while the side question is asked, so the
     # round's request has a completed assistant turn for the side question to replay up to.
-    responder = Responder([delegate(1), Reply(calls=final("done").calls, delay=8)])
+    held = Gate("round 1's model call")
+    responder = Responder([parts(1), final("done", hold=held)])
     side_requests: list[RecordedRequest] = []
 
     def route(request: RecordedRequest) -> Any:
@@ -460,13 +464,11 @@ async def test_a_side_question_on_a_compacted_session_replays_the_rounds_exact_p
     handle = await start_task(
         client, context_worker.task_queue, "Take your time.", model=MODEL, session=session
     )
-    for _ in range(300):  # round 1's request is at the server (held there 8 s)
-        if len(responder.rounds) == 2:
-            break
-        await asyncio.sleep(0.1)
+    await held.reached()
     tasks = errands.Client(client, context_worker, store=store)
     answer = await tasks.task(handle.id).btw(SIDE_QUESTION)
     assert answer.answer == "Halfway." and answer.path == "preferred"
+    held.release()
     assert (await handle.result()).reply == "done"
 
     round_body, side = responder.rounds[1].body, side_requests[0].body
@@ -538,7 +540,7 @@ async def test_a_bulky_branch_output_renders_as_a_preview_and_read_message_shows
         return step
 
     responder = Responder(
-        [delegate(1)] + [read(page) for page in range(1, pages + 1)] + [final("surveyed")],
+        [parts(1)] + [read(page) for page in range(1, pages + 1)] + [final("surveyed")],
         branch=output,
     )
     windowed.responder = responder
@@ -669,13 +671,14 @@ async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_i
     seed(store, session, 28, size=1_000)  # 28 KB: past the trigger of a 16,000-token window
     returned: list[str] = []
     summary_calls: list[RecordedRequest] = []
+    dies_first = Gate("the first summary call, whose worker is killed")
 
     def answer(request: RecordedRequest) -> Reply:
         if not is_summary_call(request):
             return final("survived")
         summary_calls.append(request)
         if len(summary_calls) == 1:
-            return Reply(text="the summary nobody received", delay=6)  # the worker dies first
+            return Reply(text="the summary nobody received", hold=dies_first)
         returned.append(f"summary {len(summary_calls)}, made after the restart")
         return Reply(text=returned[-1])
 
@@ -690,11 +693,7 @@ async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_i
             session=session,
             settings=RoundSettings(model_timeout_seconds=20, heartbeat_timeout_seconds=2),
         )
-        for _ in range(300):
-            if summary_calls:
-                break
-            await asyncio.sleep(0.1)
-        assert summary_calls, "the round never asked for a summary"
+        await dies_first.reached()
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
         second = spawn_worker(env)

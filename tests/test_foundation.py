@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 
 from activities import SessionActivities
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
+from errands.adapters.scripted import Fail, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.agent.subtask_types import load_types
 from errands.contracts.activities import AppendReplyInput, OpenTaskInput, OpenTaskOutput
@@ -27,6 +27,7 @@ from tests.helpers import (
     ACTIVITY_SCHEDULED,
     ACTIVITY_STARTED,
     events_of,
+    final,
     history_bytes,
     history_events,
     is_summary_call,
@@ -35,10 +36,6 @@ from tests.helpers import (
 )
 
 FAST = RoundSettings(model_max_attempts=4)
-
-
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
 
 
 async def test_cli_runs_a_task_on_openai(
@@ -137,9 +134,8 @@ async def test_a_500_is_retried(
 async def test_a_timeout_is_retried(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
-    scripted.script(
-        "gpt-test", Reply(calls=[Call("final_reply", {"text": "late"})], delay=6), final("on time")
-    )
+    # The delay is the behaviour under test: a reply later than the model timeout.
+    scripted.script("gpt-test", final("late", delay=6), final("on time"))
     quick = RoundSettings(model_timeout_seconds=3, model_max_attempts=3)
     handle = await start_task(
         client, settings.task_queue, "hi", model="openai:gpt-test", settings=quick

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.errors import ConfigError
 from errands.gateway import check_binding, create_app, is_loopback, serve, serving
 from errands.settings import Settings
-from tests.helpers import Conversation, history_events
+from tests.helpers import Conversation, ask, delegate, eventually, final, history_events
 
 DATABASE = {
     "question": "Which database should the new service use?",
@@ -40,22 +40,9 @@ WORKFLOW_TASK_EVENTS = {
 }
 
 
-def ask(*questions: dict[str, Any]) -> Reply:
-    return Reply(calls=[Call("ask_user", {"questions": list(questions)})])
-
-
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
-
-
-def delegate(*prompts: str) -> Reply:
-    subtasks = [{"type": "general", "prompt": p, "references": [1]} for p in prompts]
-    return Reply(calls=[Call("delegate", {"reply": "Looking into it.", "subtasks": subtasks})])
-
-
 def answer_branch(request: RecordedRequest) -> Reply:
     prompt = next(m["content"] for m in request.body["messages"] if m["role"] == "user")
-    return Reply(text=f"found: {prompt.splitlines()[0]}", delay=0.3)
+    return Reply(text=f"found: {prompt.splitlines()[0]}")
 
 
 def session_id() -> str:
@@ -106,16 +93,17 @@ class Watcher:
     def types(self) -> list[str]:
         return [e.type for e in self.events]
 
-    async def until(self, type_: str, timeout: float = 30) -> Event:
-        for _ in range(int(timeout * 20)):
-            found = [e for e in self.events if e.type == type_]
-            if found:
-                return found[-1]
-            if self.task is not None and self.task.done():
+    async def until(self, type_: str, timeout: float = 60) -> Event:
+        """The latest ``type_`` event, once the stream has brought one."""
+
+        def found() -> Event | None:
+            events = [e for e in self.events if e.type == type_]
+            if not events and self.task is not None and self.task.done():
                 self.task.result()
                 raise AssertionError(f"the stream ended without {type_}: {self.types()}")
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no {type_} event within {timeout} s: {self.types()}")
+            return events[-1] if events else None
+
+        return await eventually(found, f"a {type_} event on the stream", timeout=timeout)
 
     async def finished(self, timeout: float = 30) -> list[str]:
         assert self.task is not None
@@ -162,12 +150,11 @@ async def start(http: httpx.AsyncClient, session: str, text: str, model: str) ->
 
 
 async def until_state(http: httpx.AsyncClient, task_id: str, status: str) -> dict[str, Any]:
-    for _ in range(600):
+    async def reached() -> dict[str, Any] | None:
         state = (await http.get(f"/v1/tasks/{task_id}")).json()
-        if state.get("status") == status:
-            return dict(state)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"task {task_id} never reached {status}")
+        return dict(state) if state.get("status") == status else None
+
+    return await eventually(reached, f"task {task_id} to be {status}")
 
 
 # -- the whole flow -------------------------------------------------------------------------
@@ -678,14 +665,16 @@ async def test_the_task_list_shows_a_sessions_tasks_newest_first_and_info_links_
     await until_state(http, first, "replied")
     second = await start(http, session, "the second task", "openai:gpt-gw-list")
     await until_state(http, second, "replied")
-    listed: list[dict[str, Any]] = []
-    for _ in range(100):  # visibility lags a start by a moment
+
+    async def both_listed() -> list[dict[str, Any]] | None:
         response = await http.get(f"/v1/tasks?session={session}")
         assert response.status_code == 200, response.text
-        listed = response.json()["tasks"]
-        if len(listed) == 2 and all(t["status"] == "completed" for t in listed):
-            break
-        await asyncio.sleep(0.1)
+        listed: list[dict[str, Any]] = response.json()["tasks"]
+        done = len(listed) == 2 and all(t["status"] == "completed" for t in listed)
+        return listed if done else None
+
+    # Visibility lags a start by a moment.
+    listed = await eventually(both_listed, "both tasks completed in visibility")
     assert [t["task_id"] for t in listed] == [second, first]
     assert [t["summary"] for t in listed] == ["the second task", "the first task"]
     assert {t["session_id"] for t in listed} == {session}

@@ -14,20 +14,22 @@ from temporalio.client import Client
 
 from activities._calls import JsonStringField
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Call, Reply, ScriptedModelServer
+from errands.adapters.scripted import Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts.events import LiveText, StoredEvent
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import Conversation, start_task
+from tests.helpers import Conversation, delegate, final, start_task
 
 # 2,000 characters of a reply, with what JSON must escape in it.
 REPLY = ('Lisbon first: the "old town" and Belém.\nThen Porto — wine, bridges, tiles. ' * 26)[:2000]
 
 
 def streamed_reply(**stream: Any) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": REPLY})], chunk_chars=40, **stream)
+    """The reply in 40-character pieces; ``chunk_delay`` spreads them, as a model's tokens come,
+    which is what the 100 ms batching of deltas is tested against."""
+    return final(REPLY, chunk_chars=40, **stream)
 
 
 async def read_log(
@@ -113,12 +115,8 @@ async def test_a_branchs_answer_streams_under_its_branch(
     worker: Any,
 ) -> None:
     answer = "The almanac says: Lisbon has 2,800 hours of sun a year. " * 8
-    subtasks = [{"type": "general", "prompt": "Look up the sun."}]
     Conversation(
-        [
-            Reply(calls=[Call("delegate", {"reply": "Looking.", "subtasks": subtasks})]),
-            Reply(calls=[Call("final_reply", {"text": "Sunny."})]),
-        ],
+        [delegate("Look up the sun.", reply="Looking."), final("Sunny.")],
         lambda request: Reply(text=answer, chunk_chars=20, chunk_delay=0.02),
         branches=1,
     ).install(scripted, "gpt-live-branch")

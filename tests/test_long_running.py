@@ -14,8 +14,8 @@ from errands.contracts.messages import Usage
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import start_task
-from tests.test_ask_user import DATABASE, ask, last_tool_result, until_waiting
+from tests.helpers import ask, delegate, final, general, start_task, until_waiting
+from tests.test_ask_user import DATABASE, last_tool_result
 
 ROUNDS = 500
 USAGE = Usage(input_tokens=100, output_tokens=10, cached_tokens=40)
@@ -28,11 +28,8 @@ def long_task(request: RecordedRequest) -> Reply:
         return Reply(text="branch result", usage=USAGE)
     rounds_done = sum(1 for m in request.body["messages"] if m["role"] == "tool")
     if rounds_done >= ROUNDS:
-        return Reply(
-            calls=[Call("final_reply", {"text": f"done after {rounds_done} rounds"})], usage=USAGE
-        )
-    subtask = {"type": "general", "prompt": f"step {rounds_done}", "references": [1]}
-    return Reply(calls=[Call("delegate", {"reply": "next", "subtasks": [subtask]})], usage=USAGE)
+        return final(f"done after {rounds_done} rounds", usage=USAGE)
+    return delegate(general(f"step {rounds_done}", 1), reply="next", usage=USAGE)
 
 
 async def runs_of(client: Client, workflow_id: str) -> list[tuple[int, int]]:
@@ -83,7 +80,7 @@ async def test_a_question_pending_across_continue_as_new_is_answered_through_the
     client: Client, worker, cli_env, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
     scripted.script(
-        "gpt-can", ask(DATABASE), Reply(text="Still deciding."), final_reply("PostgreSQL then.")
+        "gpt-can", ask(DATABASE), Reply(text="Still deciding."), final("PostgreSQL then.")
     )
     handle = await start_task(
         client,
@@ -112,10 +109,6 @@ async def test_a_question_pending_across_continue_as_new_is_answered_through_the
     done = (await run_cli(cli_env, "wait", handle.id, "--json", "--timeout", "60")).json()
     assert done["reply"] == "PostgreSQL then."
     assert "Database: PostgreSQL" in last_tool_result(scripted.requests_for("gpt-can")[-1])
-
-
-def final_reply(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
 
 
 async def test_cancelling_after_the_boundary_ends_the_task(

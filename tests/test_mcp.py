@@ -72,7 +72,7 @@ async def test_list_tools_returns_the_five_tools_across_pages(notes: Notes) -> N
     assert [tool.name for tool in tools] == NOTES_TOOLS
     write = tools[0]
     assert write.description == "Write a note called `name` with the given text."
-    assert set(write.input_schema["properties"]) == {"name", "text", "delay"}
+    assert set(write.input_schema["properties"]) == {"name", "text", "delay", "hold"}
     assert write.input_schema["required"] == ["name", "text"]
 
 

@@ -3,24 +3,23 @@ activities and children carry readable summaries in the exported history."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 from temporalio.client import Client
 
 from errands.adapters.scripted import Call, Reply, ScriptedModelServer
 from errands.settings import Settings
-from tests.helpers import Conversation, start_task
+from tests.helpers import Conversation, eventually, start_task
 
 
 async def matching(client: Client, query: str, expected: set[str]) -> set[str]:
-    found: set[str] = set()
-    for _ in range(50):
-        found = {w.id async for w in client.list_workflows(query)}
-        if found == expected:
-            break
-        await asyncio.sleep(0.2)
-    return found
+    """The workflows ``query`` finds, once they are ``expected`` (visibility lags a moment)."""
+
+    async def found() -> set[str] | None:
+        ids = {w.id async for w in client.list_workflows(query)}
+        return ids if ids == expected else None
+
+    return await eventually(found, f"visibility to find {sorted(expected)} for {query!r}")
 
 
 async def test_each_search_attribute_finds_the_right_tasks_and_summaries_are_exported(

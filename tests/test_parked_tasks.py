@@ -16,8 +16,8 @@ from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from tests.helpers import start_task
-from tests.test_ask_user import DATABASE, ask, final
+from tests.helpers import ask, eventually, final, start_task
+from tests.test_ask_user import DATABASE
 from tests.test_worker_crash import spawn_worker, worker_env
 
 PARKED = 30
@@ -41,16 +41,16 @@ async def test_parked_tasks_resume_after_a_worker_restart(
         for i in range(PARKED)
     ]
     pending: dict[str, str] = {}
-    for _ in range(600):
+
+    async def all_parked() -> bool:
         for handle in handles:
             if handle.id not in pending:
                 status = await handle.query("status", result_type=TaskResult)
                 if status.pending_question:
                     pending[handle.id] = status.pending_question["id"]
-        if len(pending) == PARKED:
-            break
-        await asyncio.sleep(0.2)
-    assert len(pending) == PARKED
+        return len(pending) == PARKED
+
+    await eventually(all_parked, f"all {PARKED} tasks to wait on their question", timeout=120)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
 

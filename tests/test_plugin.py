@@ -24,7 +24,7 @@ from errands.errors import ConfigError, ModelMistake
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import HISTORIES, start_task
+from tests.helpers import HISTORIES, eventually, start_task
 
 ECHO = SubtaskType(
     key="echo",
@@ -88,10 +88,10 @@ async def test_the_store_the_plugin_opened_is_closed_when_its_worker_stops(
     assert files_open(database), "the worker's store is open once the worker is configured"
     if how == "async with":
         async with worker:
-            await asyncio.sleep(0.1)
+            await eventually(lambda: worker.is_running, "the worker to run")
     else:
         running = asyncio.create_task(worker.run())
-        await asyncio.sleep(0.1)
+        await eventually(lambda: worker.is_running, "the worker to run")
         await worker.shutdown()
         await running
     assert files_open(database) == []
@@ -105,8 +105,8 @@ async def test_a_store_given_to_the_plugin_is_left_open(
     mine = on_queue(settings)
     async with Worker(
         client, task_queue=mine.task_queue, plugins=[ErrandsPlugin(mine, store=store)]
-    ):
-        await asyncio.sleep(0.1)
+    ) as running:
+        await eventually(lambda: running.is_running, "the worker to run")
     assert store.last_seq("nobody") == 0, "the caller's store still answers"
     store.close()
 

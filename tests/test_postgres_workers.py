@@ -17,7 +17,7 @@ from temporalio.client import Client
 from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import open_store
-from tests.helpers import start_task
+from tests.helpers import eventually, start_task
 from tests.test_store import pg_admin, pg_url_in
 from tests.test_worker_crash import spawn_worker, worker_env
 
@@ -32,12 +32,12 @@ async def wait_for_pollers(client: Client, queue: str, count: int, timeout: floa
         task_queue=TaskQueue(name=queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
-    async with asyncio.timeout(timeout):
-        while True:
-            described = await client.workflow_service.describe_task_queue(request)
-            if len({p.identity for p in described.pollers}) >= count:
-                return
-            await asyncio.sleep(0.2)
+
+    async def polling() -> bool:
+        described = await client.workflow_service.describe_task_queue(request)
+        return len({p.identity for p in described.pollers}) >= count
+
+    await eventually(polling, f"{count} workers polling {queue}", timeout=timeout)
 
 
 def two_branches_then_reply(request: RecordedRequest) -> Reply:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,39 +20,53 @@ from temporalio.worker import Worker
 
 from errands.adapters.devserver import DevServer
 from errands.adapters.routing import ModelRouter, with_jitter
-from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import connect
 from errands.contracts.messages import Message, ModelRequest
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings, load_settings
 from errands.workers import build_worker
-from tests.helpers import ACTIVITY_STARTED, Conversation, events_of, history_events, start_task
+from tests.helpers import (
+    ACTIVITY_STARTED,
+    Conversation,
+    delegate,
+    events_of,
+    final,
+    general,
+    history_events,
+    start_task,
+)
 
 MODEL = "openai:gpt-limited"
-HOLD = 0.4
 
 
-def delegate(count: int) -> Reply:
-    subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in range(count)]
-    return Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})])
+class InServer:
+    """Counts, as each call arrives, the calls in the server still unanswered (itself included),
+    in all and per model: exact whatever the machine's load, since a call is answered (and
+    leaves the count) before its client can send the next. The calls ``hold`` picks (all, by
+    default) wait at ``gate`` until the test releases it; the others are answered at once."""
+
+    def __init__(self, hold: Callable[[RecordedRequest], bool] = lambda request: True) -> None:
+        self.gate = Gate("the calls in the server")
+        self._through = Gate("the calls answered at once")
+        self._through.release()
+        self._hold = hold
+        self.most: Counter[str] = Counter()
+        self.most_in_all = 0
+
+    def _in_server(self, model: str | None = None) -> int:
+        return self.gate.in_server(model) + self._through.in_server(model)
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        self.most_in_all = max(self.most_in_all, self._in_server() + 1)
+        mine = self._in_server(request.model) + 1
+        self.most[request.model] = max(self.most[request.model], mine)
+        return Reply(text="part done", hold=self.gate if self._hold(request) else self._through)
 
 
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
-
-
-def most_in_flight(requests: list[RecordedRequest], hold: float) -> int:
-    """The most requests the server held at once. Each is held ``hold`` seconds from its
-    arrival before it is answered, inside the client's own time for it."""
-    edges = sorted(
-        [(r.received_at, 1) for r in requests] + [(r.received_at + hold, -1) for r in requests]
-    )
-    most = now = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
+def eight_parts() -> Reply:
+    return delegate(*(general(f"part {k}", 1) for k in range(8)))
 
 
 def limited(settings: Settings, **changes: Any) -> Settings:
@@ -72,28 +87,28 @@ async def limited_worker(
 async def test_a_concurrency_of_two_holds_a_round_of_eight_branches_to_two_requests_at_once(
     client: Client, limited_worker: Settings, scripted: ScriptedModelServer
 ) -> None:
-    convo = Conversation(
-        [delegate(8), final("done")],
-        lambda r: Reply(text="part done", delay=HOLD),
-        branches=8,
-    ).install(scripted, "gpt-limited")
+    calls = InServer()
+    convo = Conversation([eight_parts(), final("done")], calls, branches=8).install(
+        scripted, "gpt-limited"
+    )
     handle = await start_task(client, limited_worker.task_queue, "q", model=MODEL)
+    await calls.gate.reached(2)
+    calls.gate.release()
     assert (await handle.result()).reply == "done"
     assert len(convo.branch_requests) == 8
-    assert most_in_flight(convo.branch_requests, HOLD) == 2
+    assert calls.most_in_all == 2
 
 
 async def test_without_a_limit_the_same_round_sends_its_eight_requests_at_once(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
-    convo = Conversation(
-        [delegate(8), final("done")],
-        lambda r: Reply(text="part done", delay=1.0),
-        branches=8,
-    ).install(scripted, "gpt-limited")
+    calls = InServer()
+    Conversation([eight_parts(), final("done")], calls, branches=8).install(scripted, "gpt-limited")
     handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    await calls.gate.reached(8)  # all eight in the server, none answered
+    calls.gate.release()
     assert (await handle.result()).reply == "done"
-    assert most_in_flight(convo.branch_requests, 1.0) > 2
+    assert calls.most_in_all == 8
 
 
 def request() -> ModelRequest:
@@ -107,18 +122,24 @@ async def test_a_models_own_limit_applies_beside_its_providers(
         settings,
         provider_limits='{"openai": {"concurrency": 3}, "openai:gpt-limited": {"concurrency": 1}}',
     )
-    scripted.script("gpt-limited", *[Reply(text="one", delay=HOLD)] * 3)
-    scripted.script("gpt-other", *[Reply(text="two", delay=HOLD)] * 3)
+    # gpt-limited's calls go one at a time (and take the provider's slots while they wait),
+    # so only gpt-other's are held: three of them fill the provider's three slots.
+    calls = InServer(hold=lambda request: request.model == "gpt-other")
+    scripted.script("gpt-limited", *[calls] * 3)
+    scripted.script("gpt-other", *[calls] * 3)
     router = ModelRouter(own)
     try:
-        await asyncio.gather(
+        sent = asyncio.gather(
             *(router.complete(MODEL, request(), timeout=30) for _ in range(3)),
             *(router.complete("openai:gpt-other", request(), timeout=30) for _ in range(3)),
         )
+        await calls.gate.reached(3)
+        calls.gate.release()
+        await sent
     finally:
         await router.aclose()
-    assert most_in_flight(scripted.requests_for("gpt-limited"), HOLD) == 1
-    assert most_in_flight(scripted.requests, HOLD) == 3
+    assert calls.most["gpt-limited"] == 1
+    assert calls.most_in_all == 3
 
 
 async def test_requests_per_minute_hold_starts_back_until_the_minute_has_room(
@@ -221,7 +242,7 @@ async def test_two_workers_on_a_rate_limited_model_queue_hold_the_rate_together(
         for k, router in enumerate(routers[1:])
     ]
     convo = Conversation(
-        [delegate(8), final("done")], lambda r: Reply(text="part done"), branches=8
+        [eight_parts(), final("done")], lambda r: Reply(text="part done"), branches=8
     ).install(scripted, "gpt-limited")
     try:
         async with build_worker(client, own, store=store, router=routers[0]):

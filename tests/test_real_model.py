@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from errands.contracts.messages import Message, ModelRequest
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.helpers import eventually
 from tests.llama_server import Exchange, LlamaServer, RecordingProxy, llama_server
 from tests.plugins import RESEARCH
 
@@ -248,7 +249,9 @@ async def test_a_side_question_on_a_running_task_is_answered(
     recorded.hold(is_round)  # the task's round call waits at the proxy: the task stays running
     recorded.narrow(is_round, {"final_reply"})
     handle = await tasks.start("Name one colour.", headless=True)
-    await until(lambda: bool(recorded.held()), "the round's request to reach the proxy")
+    await eventually(
+        lambda: bool(recorded.held()), "the round's request to reach the proxy", timeout=120
+    )
     answer = await asyncio.wait_for(handle.btw("What are you working on?"), 180)
     assert answer.answer.strip()
     assert (await handle.status()).status == "running"
@@ -261,24 +264,20 @@ async def test_a_server_killed_mid_call_and_restarted_is_recovered_from(
 ) -> None:
     recorded.narrow(is_round, {"final_reply"})
     handle = await tasks.start("Name one animal.", headless=True)
-    await until(
+    await eventually(
         lambda: any(e.status is None and e.error is None for e in recorded.exchanges),
         "a model call in flight at the server",
+        timeout=120,
     )
     llama.stop(kill=True)
     try:
-        await until(lambda: any(e.error for e in recorded.exchanges), "the cut call to be seen")
-        await asyncio.sleep(2)  # a retry or two finds nobody listening
+        await eventually(
+            lambda: sum(1 for e in recorded.exchanges if e.error) >= 2,
+            "the cut call, then a retry finding nobody listening",
+            timeout=120,
+        )
     finally:
         await asyncio.to_thread(llama.start)
     result = await handle.wait(timeout=TASK_TIMEOUT)
     ended_through_a_control_tool(result)
     assert any(e.status == 200 for e in recorded.exchanges)
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"waited {timeout:.0f} s for {what}")
-        await asyncio.sleep(0.05)

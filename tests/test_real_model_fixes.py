@@ -6,7 +6,6 @@ budget of its own."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from typing import Any
@@ -21,14 +20,21 @@ from errands.contracts.activities import SideAnswer, SideQuestionInput
 from errands.contracts.messages import Message, ToolCall
 from errands.contracts.workflows import RoundSettings, SideQuestion, TaskResult
 from errands.settings import Settings
-from tests.helpers import ACTIVITY_SCHEDULED, events_of, history_events, keep_history, start_task
-from tests.test_ask_user import DATABASE, ask, until_waiting
+from tests.helpers import (
+    ACTIVITY_SCHEDULED,
+    advisor_call,
+    ask,
+    events_of,
+    eventually,
+    final,
+    history_events,
+    keep_history,
+    start_task,
+    until_waiting,
+)
+from tests.test_ask_user import DATABASE
 
 MODEL = "openai:gpt-real"
-
-
-def final(text: str) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})])
 
 
 def tool_names(request: RecordedRequest) -> list[str]:
@@ -164,10 +170,6 @@ async def test_a_cut_off_work_tool_call_is_not_run(
 # -- the advisor: withdrawn after its limit, one system message, alternating turns -------------
 
 
-def advisor_call(question: str) -> Reply:
-    return Reply(calls=[Call("advisor", {"question": question})])
-
-
 async def test_the_advisor_is_withdrawn_once_its_limit_is_used(
     client: Client, worker, settings: Settings, scripted: ScriptedModelServer
 ) -> None:
@@ -250,14 +252,13 @@ async def test_a_round_waiting_to_retry_shows_why_and_its_failure_promises_no_re
         model=MODEL,
         settings=RoundSettings(model_max_attempts=1, round_retry_limit=1, round_retry_seconds=2),
     )
-    waiting: TaskResult | None = None
-    for _ in range(100):
+
+    async def shows_the_error() -> TaskResult | None:
         status = await handle.query("status", result_type=TaskResult)
-        if status.last_error is not None:
-            waiting = status
-            break
-        await asyncio.sleep(0.05)
-    assert waiting is not None, "the status never showed the error"
+        return status if status.last_error is not None else None
+
+    # Seen while the round waits its 2 s to retry.
+    waiting = await eventually(shows_the_error, "the status to show the round's error")
     assert waiting.status == "running" and waiting.error is None
     assert "retry 1 of 1 in 2 s" in waiting.phase
     assert waiting.last_error is not None and waiting.last_error.kind == "transient"

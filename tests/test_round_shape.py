@@ -13,8 +13,8 @@ from temporalio.client import Client, WorkflowHandle
 from errands.adapters.scripted import ScriptedModelServer
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from tests.helpers import events_of, history_events, start_task
-from tests.test_ask_user import DATABASE, ask, final, last_tool_result, until_waiting
+from tests.helpers import ask, events_of, final, history_events, start_task, until_waiting
+from tests.test_ask_user import DATABASE, last_tool_result
 
 OLDER_RUNS_RESUME = {
     "round": 2,

@@ -36,6 +36,7 @@ from errands.adapters.telemetry import (
     runtime_with_metrics,
     tracing_interceptors,
 )
+from tests.helpers import eventually
 
 PROBE_LOGGER = "errands.test_telemetry"
 
@@ -220,12 +221,13 @@ async def test_the_prometheus_endpoint_serves_temporal_metrics_after_a_workflow(
     assert await run_probe(client, f"task-m{uuid.uuid4().hex[:6]}", Probe(text="m")) == "m"
 
     # The SDK exports on its own schedule; poll (bounded) rather than assume it already did.
-    text = ""
-    for _ in range(50):
+
+    async def exported() -> str | None:
         text = await asyncio.to_thread(fetch, f"http://{bind}/metrics")
-        if "temporal_workflow_completed" in text and "temporal_activity_execution_latency" in text:
-            break
-        await asyncio.sleep(0.2)
+        wanted = ("temporal_workflow_completed", "temporal_activity_execution_latency")
+        return text if all(name in text for name in wanted) else None
+
+    text = await eventually(exported, "the SDK's metrics on the endpoint")
     assert "temporal_workflow_completed" in text
     assert "temporal_activity_execution_latency" in text
     assert 'task_queue="telemetry-' in text

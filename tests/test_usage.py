@@ -3,8 +3,6 @@ price table turns it into the task's cost (status, result and the ErrandsCost at
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from temporalio.client import Client
 
@@ -12,7 +10,7 @@ from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
 from errands.agent.pricing import cost_usd, price_table
 from errands.contracts.messages import ModelPrice, ModelUsage, Usage
 from errands.settings import Settings
-from tests.helpers import Conversation, start_task
+from tests.helpers import Conversation, eventually, start_task
 
 PRICE = ModelPrice(input=1.0, output=2.0, cached=0.5)
 
@@ -65,12 +63,11 @@ async def test_the_ledger_equals_the_reported_usage_of_every_request(
     assert set(result.usage.parts) == {"rounds", "branches"}
     assert result.cost_usd == cost_usd(result.usage, {"openai:gpt-usage": PRICE}) > 0
     query = f'ErrandsCost > 0 AND WorkflowId = "{handle.id}"'
-    for _ in range(50):
-        if [w.id async for w in client.list_workflows(query)]:
-            break
-        await asyncio.sleep(0.2)
-    else:
-        raise AssertionError("the ErrandsCost search attribute was not set")
+
+    async def found() -> list[str]:
+        return [w.id async for w in client.list_workflows(query)]
+
+    await eventually(found, "the ErrandsCost search attribute in visibility")
     assert len(convo.branch_requests) == 2
 
 

@@ -45,7 +45,7 @@ from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import run_cli
-from tests.helpers import Conversation, keep_history, start_task
+from tests.helpers import Conversation, delegate, eventually, final, keep_history, start_task
 from tests.mcp_notes import BIG, TOKEN, Servers
 from tests.test_worker_crash import spawn_worker, worker_env
 
@@ -77,12 +77,9 @@ def told_branch(request: RecordedRequest) -> Reply:
     return Reply(calls=[Call(name, json.loads(arguments))])
 
 
-def delegating(*prompts: str, final: str = "done") -> list[Reply]:
-    subtasks = [{"type": "general", "prompt": p} for p in prompts]
-    return [
-        Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})]),
-        Reply(calls=[Call("final_reply", {"text": final})]),
-    ]
+def delegating(*prompts: str, reply: str = "done") -> list[Reply]:
+    """A round that delegates one ``general`` subtask per prompt, then one that replies."""
+    return [delegate(*prompts), final(reply)]
 
 
 def call(tool: str, /, **arguments: Any) -> str:
@@ -254,13 +251,6 @@ async def test_tool_errors_bad_arguments_a_server_down_and_a_hung_tool_come_back
     assert not (servers.web / "no-text.txt").exists()
 
 
-async def until(condition: Any, what: str, timeout: float = 60) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.1)
-    assert condition(), what
-
-
 async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_and_writes_once(
     client: Client,
     dev_server: DevServer,
@@ -276,7 +266,7 @@ async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_a
         "ERRANDS_MCP_SERVERS": json.dumps({"web": servers.config["web"]}),
     }
     Conversation(
-        delegating(call("mcp__web__write", name="once", text="exactly once", delay=2)),
+        delegating(call("mcp__web__write", name="once", text="exactly once", hold=True)),
         told_branch,
         branches=2,
     ).install(scripted, "gpt-tools")
@@ -294,12 +284,13 @@ async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_a
         settings=RoundSettings(heartbeat_timeout_seconds=3),
     )
     try:
-        await until(lambda: len(calls_for_once()) == 1, "the tool call to reach the server")
+        await eventually(lambda: len(calls_for_once()) == 1, "the tool call to reach the server")
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     # The server finishes the call the dead worker made; the retry then finds it done.
-    await until(lambda: (servers.web / "once.txt").exists(), "the first call's write")
+    (servers.web / "once.release").touch()
+    await eventually(lambda: (servers.web / "once.txt").exists(), "the first call's write")
     second = spawn_worker(env)
     try:
         result = await asyncio.wait_for(handle.result(), 120)
@@ -329,7 +320,7 @@ async def test_cancelling_a_task_during_a_tool_call_stores_a_cancelled_result_an
     tools_worker: Settings,
 ) -> None:
     Conversation(
-        delegating(call("mcp__web__write", name="never", text="cancelled first", delay=4))[:1],
+        delegating(call("mcp__web__write", name="never", text="cancelled first", hold=True))[:1],
         told_branch,
         branches=1,
     ).install(scripted, "gpt-tools")
@@ -340,7 +331,7 @@ async def test_cancelling_a_task_during_a_tool_call_stores_a_cancelled_result_an
         model=MODEL,
         settings=RoundSettings(heartbeat_timeout_seconds=3),
     )
-    await until(
+    await eventually(
         lambda: any(c["name"] == "never" for c in writes(servers.web, servers.web / "calls.jsonl")),
         "the tool call to reach the server",
     )
@@ -350,13 +341,17 @@ async def test_cancelling_a_task_during_a_tool_call_stores_a_cancelled_result_an
 
     thread = ids.child_workflow_id(handle.id, 0, 1)
     key = ids.thread_tool_result_id(thread, 0, 0)
-    await until(lambda: store.get(key) is not None, "the cancelled call's result")
+    await eventually(lambda: store.get(key) is not None, "the cancelled call's result")
     row = store.get(key)
     assert row is not None and row.meta["is_error"]
     assert row.text.startswith("Cancelled: the work was stopped")
     kinds = [r.kind for r in store.list_session(thread)]
     assert kinds[-2:] == ["step", "tool_result"], "the thread ends with the call's result"
-    await asyncio.sleep(6)  # past the tool's delay: a call still running would have written
+    stopped = servers.web / "stopped.jsonl"
+    await eventually(
+        lambda: any(c["name"] == "never" for c in writes(servers.web, stopped)),
+        "the server to see the held call stopped",
+    )
     assert not (servers.web / "never.txt").exists()
 
 
@@ -407,7 +402,7 @@ async def test_the_main_agent_calls_tools_of_one_step_at_once_and_reads_their_re
                 ]
             )
         said = " | ".join(r["content"][:40] for r in results)
-        return Reply(calls=[Call("final_reply", {"text": f"read: {said}"})])
+        return final(f"read: {said}")
 
     scripted.script("gpt-tools", main_agent, main_agent)
 
@@ -434,14 +429,20 @@ async def test_the_main_agent_calls_tools_of_one_step_at_once_and_reads_their_re
 # -- approvals ------------------------------------------------------------------------------
 
 
-async def pending_approval(handle: WorkflowHandle[Any, TaskResult]) -> dict[str, Any]:
-    async with asyncio.timeout(60):
-        while True:
-            status = await handle.query("status", result_type=TaskResult)
-            if status.pending_approval is not None:
-                assert status.status == "waiting_for_user"
-                return status.pending_approval
-            await asyncio.sleep(0.1)
+async def pending_approval(
+    handle: WorkflowHandle[Any, TaskResult], *, other_than: str | None = None
+) -> dict[str, Any]:
+    """The tool call waiting for approval (one other than ``other_than``, when given)."""
+
+    async def waiting() -> dict[str, Any] | None:
+        status = await handle.query("status", result_type=TaskResult)
+        pending = status.pending_approval
+        if pending is None or pending["approval_id"] == other_than:
+            return None
+        assert status.status == "waiting_for_user"
+        return pending
+
+    return await eventually(waiting, f"a tool call of {handle.id} to wait for approval")
 
 
 async def answer(handle: WorkflowHandle[Any, TaskResult], **fields: Any) -> ApprovalReceipt:
@@ -619,7 +620,7 @@ async def test_the_main_agents_call_that_asks_every_time_waits_and_can_be_denied
         results = tool_results(request)
         if not results:
             return Reply(text="Let me search.", calls=[Call("mcp__web__search", {"query": "qqq"})])
-        return Reply(calls=[Call("final_reply", {"text": results[-1]["content"][:80]})])
+        return final(results[-1]["content"][:80])
 
     scripted.script("gpt-tools", main_agent, main_agent)
     handle = await start(asking_worker, client, "Search the notes.")
@@ -654,7 +655,7 @@ async def test_the_cli_the_gateway_and_the_client_answer_approvals(
         if done < 3:
             return Reply(text=f"Search {done}.", calls=[Call("mcp__web__search", {"query": "qqq"})])
         said = " | ".join(r["content"][:30] for r in tool_results(request))
-        return Reply(calls=[Call("final_reply", {"text": said})])
+        return final(said)
 
     scripted.script("gpt-tools", *[main_agent] * 4)
     handle = await start(asking_worker, client, "Search three times.")
@@ -725,9 +726,7 @@ async def test_the_main_agents_python_tools_run_beside_its_mcp_tools(
                     Call("mcp__files__search", {"query": "big note"}),
                 ]
             )
-        return Reply(
-            calls=[Call("final_reply", {"text": " | ".join(r["content"] for r in results)})]
-        )
+        return final(" | ".join(r["content"] for r in results))
 
     scripted.script("gpt-tools", main_agent, main_agent)
     router = ModelRouter(own)
@@ -769,7 +768,7 @@ async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_g
         "ERRANDS_MCP_SERVERS": json.dumps({"web": servers.config["web"]}),
     }
     Conversation(
-        delegating(call("mcp__web__write", name="died", text="one attempt", delay=2)),
+        delegating(call("mcp__web__write", name="died", text="one attempt", hold=True)),
         told_branch,
         branches=2,
     ).install(scripted, "gpt-tools")
@@ -783,13 +782,14 @@ async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_g
         settings=RoundSettings(heartbeat_timeout_seconds=3, tool_max_attempts=1),
     )
     try:
-        await until(
+        await eventually(
             lambda: any(c["name"] == "died" for c in writes(servers.web, calls)),
             "the tool call to reach the server",
         )
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+        (servers.web / "died.release").touch()
     second = spawn_worker(env)
     try:
         result = await asyncio.wait_for(handle.result(), 120)
@@ -826,9 +826,7 @@ async def test_two_branches_approvals_wait_in_turn_and_the_signal_answers_too(
     await handle.signal(
         "submit_approval", {"approval_id": first["approval_id"], "decision": "approve"}
     )
-    async with asyncio.timeout(60):
-        while (second := await pending_approval(handle))["approval_id"] == first["approval_id"]:
-            await asyncio.sleep(0.1)
+    second = await pending_approval(handle, other_than=first["approval_id"])
     assert second["where"] != first["where"]
     await answer(handle, approval_id=second["approval_id"], decision="deny")
     result = await asyncio.wait_for(handle.result(), 60)
@@ -857,7 +855,7 @@ async def test_cancelling_a_task_while_a_branch_waits_for_approval_clears_the_wa
 
     thread = ids.child_workflow_id(handle.id, 0, 1)
     key = ids.thread_tool_result_id(thread, 0, 0)
-    await until(lambda: store.get(key) is not None, "the waiting call's cancelled result")
+    await eventually(lambda: store.get(key) is not None, "the waiting call's cancelled result")
     assert store.get(key).text.startswith("Cancelled")  # type: ignore[union-attr]
     described = await handle.describe()
     assert described.status is not None and described.status.name == "CANCELED"

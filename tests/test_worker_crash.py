@@ -14,11 +14,11 @@ from collections import Counter
 from temporalio.client import Client
 
 from errands.adapters.devserver import DevServer
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import RoundSettings
 from tests.conftest import OPENAI_KEY, ROOT
-from tests.helpers import Conversation, start_task
+from tests.helpers import Conversation, delegate, final, general, start_task
 
 
 def worker_env(
@@ -59,15 +59,14 @@ async def test_kill_9_of_the_worker_while_branches_run(
     queue = f"crash-{uuid.uuid4().hex[:6]}"
     env = worker_env(dev_server, queue, database_url, model_server)
 
-    def branch(request: RecordedRequest) -> Reply:
-        return Reply(text="branch finished", delay=1.5)
+    in_flight = Gate("the three branch calls in flight when the worker dies")
 
-    subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in (1, 2, 3)]
+    def branch(request: RecordedRequest) -> Reply:
+        first_three = len(convo.branch_requests) <= 3
+        return Reply(text="branch finished", hold=in_flight if first_three else None)
+
     convo = Conversation(
-        [
-            Reply(calls=[Call("delegate", {"reply": "On it.", "subtasks": subtasks})]),
-            Reply(calls=[Call("final_reply", {"text": "survived"})]),
-        ],
+        [delegate(*(general(f"part {k}", 1) for k in (1, 2, 3))), final("survived")],
         branch,
         branches=6,  # three in flight when the worker dies, each asked once more
     ).install(scripted, "gpt-main")
@@ -80,11 +79,7 @@ async def test_kill_9_of_the_worker_while_branches_run(
         model="openai:gpt-main",
         settings=RoundSettings(model_timeout_seconds=4),
     )
-    for _ in range(300):
-        if len(convo.branch_requests) == 3:
-            break
-        await asyncio.sleep(0.1)
-    assert len(convo.branch_requests) == 3
+    await in_flight.reached(3)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
 

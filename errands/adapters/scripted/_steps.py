@@ -33,6 +33,8 @@ class Gate:
         self.ended: list[tuple[float, bool]] = []
         """For each held call that has ended: when (``time.time()``), and whether it ended
         because its client went away (``True``) rather than by being released."""
+        self.left: list[RecordedRequest] = []
+        """The held calls that have ended, in the order of ``ended``."""
         self._released = threading.Event()
         self._lock = threading.Lock()
 
@@ -72,6 +74,14 @@ class Gate:
         finally:
             with self._lock:
                 self.ended.append((time.time(), gone))
+                self.left.append(recorded)
+
+    def in_server(self, model: str | None = None) -> int:
+        """How many calls (of ``model``) are held here or past the gate but not yet ended."""
+        with self._lock:
+            held = sum(1 for r in self.held if model in (None, r.model))
+            left = sum(1 for r in self.left if model in (None, r.model))
+        return held - left
 
 
 @dataclass
