@@ -12,7 +12,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError
 
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts.events import StoredEvent
@@ -34,7 +34,7 @@ def three_branches() -> list[Reply]:
 
 
 def branch(request: RecordedRequest) -> Reply:
-    return Reply(text="part done", delay=0.3)
+    return Reply(text="part done")
 
 
 async def test_a_delegating_tasks_log_holds_each_event_once_in_order(
@@ -180,8 +180,9 @@ async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(
     scripted: ScriptedModelServer,
     worker: Any,
 ) -> None:
+    parts = Gate("the three branches' model calls")
     Conversation(
-        three_branches(), lambda r: Reply(text="slow part", delay=1.5), branches=3
+        three_branches(), lambda r: Reply(text="slow part", hold=parts), branches=3
     ).install(scripted, "gpt-events")
     handle = await start_task(client, settings.task_queue, "Slowly, in three parts.", model=MODEL)
     task = ErrandsClient(client, settings, store=store).task(handle.id)
@@ -191,6 +192,8 @@ async def test_events_arrive_while_the_task_runs_and_a_failed_task_ends_its_log(
         seen.append(event)
         if event.type == "branch_started":
             ran_while_seen.append((await task.status()).status == "running")
+            if len(ran_while_seen) == 3:
+                parts.release()  # the branches answer only once all three were seen
     assert seen[-1].type == "replied"
     assert ran_while_seen and all(ran_while_seen), "events were read live, not after the end"
 
@@ -218,7 +221,8 @@ async def test_a_canceled_task_ends_its_log_with_canceled(
     scripted: ScriptedModelServer,
     worker: Any,
 ) -> None:
-    scripted.script("gpt-events", Reply(calls=[Call("final_reply", {"text": "late"})], delay=30))
+    never = Gate("the model call, canceled")
+    scripted.script("gpt-events", Reply(calls=[Call("final_reply", {"text": "late"})], hold=never))
     handle = await start_task(client, settings.task_queue, "Take your time.", model=MODEL)
     task = ErrandsClient(client, settings, store=store).task(handle.id)
     async for event in task.events():
