@@ -339,7 +339,7 @@ async def test_errands_run_on_a_terminal_answers_with_the_picker(
     try:
         await read_until(b"SQLite")
         os.write(master, b"\x1b[B")
-        await asyncio.sleep(0.3)
+        await read_until(b"> SQLite")  # redrawn with the cursor on it: Enter now chooses it
         os.write(master, b"\r")
         await read_until(b"SQLite chosen.")
         assert await asyncio.to_thread(proc.wait, 60) == 0
