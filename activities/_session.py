@@ -4,7 +4,6 @@ deterministic id, so retries and replays never duplicate or change a message."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from temporalio import activity
 
@@ -15,19 +14,25 @@ from errands.agent.reading import READ_MESSAGE
 from errands.agent.subtask_types import SubtaskType
 from errands.contracts import ids
 from errands.contracts.activities import (
+    AckOutput,
     AppendAckInput,
     AppendMessageInput,
     AppendReplyInput,
     BranchOutcome,
+    DecisionsOutput,
     JoinInput,
+    JoinOutput,
+    MessageOutput,
     OpenBranchInput,
     OpenTaskInput,
     OpenTaskOutput,
     PrepareRoundInput,
     ReadMessageInput,
+    ReadMessageOutput,
     RecordBranchInput,
     RememberApprovalInput,
     RememberInput,
+    ReplyOutput,
     RoundState,
     SessionRef,
 )
@@ -117,10 +122,10 @@ class SessionActivities:
         return state
 
     @activity.defn(name="append_ack")
-    async def append_ack(self, data: AppendAckInput) -> str:
+    async def append_ack(self, data: AppendAckInput) -> AckOutput:
         """The round's acknowledgement, and its branches' threads opened with it: one render
         of the session here instead of one per branch, each in its own activity at once."""
-        return await asyncio.to_thread(self._append_ack, data)
+        return AckOutput(text=await asyncio.to_thread(self._append_ack, data))
 
     def _append_ack(self, data: AppendAckInput) -> str:
         row = self._store.append_once(
@@ -170,9 +175,9 @@ class SessionActivities:
         return row.text
 
     @activity.defn(name="append_message")
-    async def append_message(self, data: AppendMessageInput) -> int:
+    async def append_message(self, data: AppendMessageInput) -> MessageOutput:
         """A message the user sent into the running task, in the session once; its seq."""
-        return await asyncio.to_thread(self._append_message, data)
+        return MessageOutput(seq=await asyncio.to_thread(self._append_message, data))
 
     def _append_message(self, data: AppendMessageInput) -> int:
         row = self._store.append_once(
@@ -199,7 +204,7 @@ class SessionActivities:
         return row.seq
 
     @activity.defn(name="append_reply")
-    async def append_reply(self, data: AppendReplyInput) -> str:
+    async def append_reply(self, data: AppendReplyInput) -> ReplyOutput:
         row = await asyncio.to_thread(
             self._store.append_once,
             NewMessage(
@@ -212,7 +217,7 @@ class SessionActivities:
             ),
             [replied(data.task_id, "model", data.text)],
         )
-        return row.text
+        return ReplyOutput(text=row.text)
 
     @activity.defn(name="record_branch")
     async def record_branch(self, data: RecordBranchInput) -> None:
@@ -220,9 +225,9 @@ class SessionActivities:
         await asyncio.to_thread(write_branch_row, self._store, data)
 
     @activity.defn(name="read_message")
-    async def read_message(self, data: ReadMessageInput) -> bool:
+    async def read_message(self, data: ReadMessageInput) -> ReadMessageOutput:
         """Store the page a round's ``read_message`` call asks for; True if it is an error."""
-        return await asyncio.to_thread(self._read_message, data)
+        return ReadMessageOutput(is_error=await asyncio.to_thread(self._read_message, data))
 
     def _read_message(self, data: ReadMessageInput) -> bool:
         stored = self._store.get(data.result_id)
@@ -243,9 +248,10 @@ class SessionActivities:
         return is_error
 
     @activity.defn(name="recall_decisions")
-    async def recall_decisions(self, data: SessionRef) -> dict[str, dict[str, Any]]:
+    async def recall_decisions(self, data: SessionRef) -> DecisionsOutput:
         """The session's remembered decisions; small by nature (one per distinct question)."""
-        return await asyncio.to_thread(self._store.list_decisions, data.session_id)
+        decisions = await asyncio.to_thread(self._store.list_decisions, data.session_id)
+        return DecisionsOutput(decisions=decisions)
 
     @activity.defn(name="remember_decision")
     async def remember_decision(self, data: RememberInput) -> None:
@@ -274,9 +280,9 @@ class SessionActivities:
         )
 
     @activity.defn(name="deterministic_join")
-    async def deterministic_join(self, data: JoinInput) -> str | None:
+    async def deterministic_join(self, data: JoinInput) -> JoinOutput:
         """Deliver completed branches when no model can answer: no inference, just a join."""
-        return await asyncio.to_thread(self._join, data)
+        return JoinOutput(text=await asyncio.to_thread(self._join, data))
 
     def _join(self, data: JoinInput) -> str | None:
         rows = self._store.list_by_prefix(data.session_id, ids.branch_rows_prefix(data.task_id))

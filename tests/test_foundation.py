@@ -16,7 +16,12 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Fail, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.agent.subtask_types import load_types
-from errands.contracts.activities import AppendReplyInput, OpenTaskInput, OpenTaskOutput
+from errands.contracts.activities import (
+    AppendReplyInput,
+    OpenTaskInput,
+    OpenTaskOutput,
+    ReplyOutput,
+)
 from errands.contracts.messages import NewMessage
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.plugin import WORKFLOWS, build_activities
@@ -238,7 +243,7 @@ async def test_writes_retried_after_they_landed_leave_each_message_once(
         return out
 
     @activity.defn(name="append_reply")
-    async def append_reply(data: AppendReplyInput) -> str:
+    async def append_reply(data: AppendReplyInput) -> ReplyOutput:
         out = await real.append_reply(data)
         if activity.info().attempt == 1:
             raise RuntimeError("injected: worker lost after the write")

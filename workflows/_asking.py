@@ -42,9 +42,10 @@ async def ask(
     state.asks += 1
     try:
         questions = parse_ask_user(call, set_id=f"{data.task_id}-q{state.asks}")
-        decisions = await store_call(
+        recalled = await store_call(
             SessionActivities.recall_decisions, SessionRef(session_id=data.session_id)
         )
+        decisions = recalled.decisions
         check_citation(questions, decisions)
     except ModelMistake as error:
         return Rejection(call=call, error=str(error))

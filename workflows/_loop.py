@@ -306,7 +306,7 @@ class RoundLoop:
             SessionActivities.append_reply,
             AppendReplyInput(task_id=data.task_id, session_id=data.session_id, text=decision.text),
         )
-        self._status.replied(stored)
+        self._status.replied(stored.text)
 
     async def _give_up(self, failure: Failure) -> None:
         """No model can answer: deliver completed branches if any, else fail with the kind."""
@@ -320,11 +320,13 @@ class RoundLoop:
             SessionActivities.deterministic_join,
             JoinInput(task_id=data.task_id, session_id=data.session_id, reason=message),
         )
-        if joined is not None:
+        # 0.1.0 recorded "nothing completed" as a bare null, which reaches here as None.
+        text = joined.text if joined is not None else None
+        if text is not None:
             workflow.logger.warning(
                 "task %s replied by deterministic join: %s", data.task_id, message
             )
-            self._status.replied(joined, join_reason=message)
+            self._status.replied(text, join_reason=message)
             return
         kind = "exhausted" if failure.kind == "no_decision" else failure.kind
         self._status.fail(kind, message)

@@ -335,7 +335,7 @@ class RoundDecider:
         result_id = ids.read_result_id(
             data.task_id, slot.round, slot.name, self._state.steps, call.arguments
         )
-        is_error = await store_call(
+        read = await store_call(
             SessionActivities.read_message,
             ReadMessageInput(
                 session_id=data.session_id,
@@ -345,7 +345,7 @@ class RoundDecider:
             ),
         )
         append_exchange(slot, call, READ_MESSAGE, "", stored=result_id)
-        slot.extra[-1].is_error = is_error
+        slot.extra[-1].is_error = read.is_error
 
     async def _run_tools(self, slot: Slot, out: RoundStepOutput, step_tools: set[str]) -> None:
         calls = {i: c for i, c in enumerate(out.response.tool_calls) if c.name in step_tools}

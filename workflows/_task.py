@@ -190,7 +190,7 @@ class TaskWorkflow:
         if message.mode == "queue":
             state.queued.append(message.text)
             return MessageReceipt(message_id=message_id, mode="queue", status="queued")
-        seq = await store_call(
+        appended = await store_call(
             SessionActivities.append_message,
             AppendMessageInput(
                 task_id=data.task_id,
@@ -200,7 +200,7 @@ class TaskWorkflow:
                 mode=message.mode,
             ),
         )
-        state.steers.append(SteerMark(message_id=message_id, seq=seq))
+        state.steers.append(SteerMark(message_id=message_id, seq=appended.seq))
         if message.mode == "interrupt":
             self._loop.interrupted = True  # branches running now are cancelled
         return MessageReceipt(message_id=message_id, mode=message.mode, status="accepted")

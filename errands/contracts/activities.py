@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.limits import (
@@ -314,3 +314,64 @@ class SideAnswer(BaseModel):
     path: Literal["preferred", "fallback"]
     model: str
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
+
+
+# -- what the store calls return ---------------------------------------------------------------
+
+
+class StoreOutput(BaseModel):
+    """What a store call returns. Until 0.2.0 these calls returned a bare value (a text, a
+    number, a flag, the decisions), which recorded histories still hold: such a value is read
+    into the field ``BARE`` names, so every history replays."""
+
+    BARE: ClassVar[str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_bare_value(cls, value: Any) -> Any:
+        if isinstance(value, dict) and cls.BARE in value:
+            return value
+        return {cls.BARE: value}
+
+
+class AckOutput(StoreOutput):
+    """``append_ack``: the acknowledgement as stored (a retried round finds its first one)."""
+
+    BARE: ClassVar[str] = "text"
+    text: str
+
+
+class MessageOutput(StoreOutput):
+    """``append_message``: the position of the message in the session."""
+
+    BARE: ClassVar[str] = "seq"
+    seq: int
+
+
+class ReplyOutput(StoreOutput):
+    """``append_reply``: the reply as stored."""
+
+    BARE: ClassVar[str] = "text"
+    text: str
+
+
+class ReadMessageOutput(StoreOutput):
+    """``read_message``: whether the result stored for the call is an error."""
+
+    BARE: ClassVar[str] = "is_error"
+    is_error: bool
+
+
+class DecisionsOutput(StoreOutput):
+    """``recall_decisions``: the session's remembered answers by decision id."""
+
+    BARE: ClassVar[str] = "decisions"
+    decisions: dict[str, dict[str, Any]]
+
+
+class JoinOutput(StoreOutput):
+    """``deterministic_join``: the reply joined from the completed branches, or None when none
+    completed."""
+
+    BARE: ClassVar[str] = "text"
+    text: str | None
