@@ -8,16 +8,16 @@ import asyncio
 import json
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 import errands
 from errands.adapters.scripted import Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts import ids
-from errands.contracts.workflows import TaskResult
+from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import delegate, final, keep_history, start_task
+from tests.helpers import delegate, eventually, final, keep_history, start_task
 
 MODEL = "openai:gpt-steer"
 
@@ -217,3 +217,54 @@ async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees
     for k in (1, 2):
         child = client.get_workflow_handle(ids.child_workflow_id(handle.id, 0, k))
         assert (await child.describe()).status.name == "CANCELED"  # type: ignore[union-attr]
+
+
+async def test_a_message_queued_as_the_task_ends_starts_the_sessions_next_task(
+    client: Client,
+    settings: Settings,
+    scripted: ScriptedModelServer,
+    worker: Any,
+) -> None:
+    """The task has replied but is still open, answering a side question: a queued message
+    is refused by the task then, and the client makes it the next task once the task closes."""
+    side_question = "btw, anything left?"
+    round_call = Gate("the round's model call")
+    side_calls = Gate("the side question's model calls, never answered")
+
+    def model(request: RecordedRequest) -> Reply:
+        if any(side_question in str(m.get("content")) for m in request.body["messages"]):
+            return Reply(text="never sent", hold=side_calls)
+        if user_texts(request)[-1].endswith("Then this."):
+            return final("the follow-up, done")
+        return final("done", hold=round_call)
+
+    scripted.responder = model
+    try:
+        handle = await start_task(
+            client,
+            settings.task_queue,
+            "Quick one.",
+            model=MODEL,
+            settings=RoundSettings(side_question_timeout_seconds=3),
+        )
+        tasks = errands.Client(client, settings)
+        await round_call.reached()
+        asking = asyncio.create_task(tasks.task(handle.id).btw(side_question))
+        await side_calls.reached()
+        round_call.release()
+
+        async def ending() -> bool:
+            status = await handle.query("status", result_type=TaskResult)
+            running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+            return status.status == "replied" and running
+
+        await eventually(ending, "the task to have replied and wait on its side question")
+        receipt = await tasks.task(handle.id).say("Then this.", mode="queue")
+        await asyncio.gather(asking, return_exceptions=True)
+        follow_up = await tasks.task(receipt.task_id or "").wait(timeout=60)
+    finally:
+        scripted.responder = None
+
+    assert (receipt.status, receipt.task_id) == ("started", ids.queued_after_end_task_id(handle.id))
+    assert follow_up.reply == "the follow-up, done"
+    assert (await handle.result()).reply == "done"
