@@ -683,3 +683,25 @@ async def test_the_task_list_shows_a_sessions_tasks_newest_first_and_info_links_
     info = (await http.get("/v1/info")).json()
     assert info["namespace"] == "default"
     assert info["temporal_ui"] is None or info["temporal_ui"].startswith("http")
+
+
+async def test_a_message_queued_on_an_ended_task_over_http_starts_the_next_task(
+    http: httpx.AsyncClient, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-gw-queue", final("first"), final("second"))
+    session = session_id()
+    first = await start(http, session, "the first task", "openai:gpt-gw-queue")
+    await until_state(http, first, "replied")
+
+    queued = await http.post(
+        f"/v1/tasks/{first}/messages", json={"text": "and then this", "mode": "queue"}
+    )
+    steered = await http.post(f"/v1/tasks/{first}/messages", json={"text": "too late"})
+
+    assert queued.status_code == 200, queued.text
+    assert queued.json()["status"] == "started"
+    next_task = queued.json()["task_id"]
+    state = await until_state(http, next_task, "replied")
+    assert (state["session_id"], state["reply"]) == (session, "second")
+    assert steered.status_code == 409, steered.text
+    assert f"errands run --session {session} TEXT" in steered.text
