@@ -87,3 +87,31 @@ def test_row_meta_reads_the_nested_models_it_declares() -> None:
     assert step.tool_calls[0].name == "lookup"
     assert step.usage.input_tokens == 5
     assert SummaryMeta.of(_row("summary", {"covers": [3, 9]})).covers == [3, 9]
+
+
+def test_a_branch_input_of_0_1_0_gathers_its_flat_settings() -> None:
+    from errands.contracts.workflows import SubtaskInput
+
+    flat = {
+        "task_id": "t",
+        "session_id": "s",
+        "round": 0,
+        "ordinal": 1,
+        "subtask_type": "general",
+        "prompt": "p",
+        "catalog_upto_seq": 3,
+        "model": "openai:x",
+        "step_limit": 5,
+        "model_timeout_seconds": 9.0,
+        "tool_max_attempts": 2,
+        "continue_as_new": False,
+        "headless": True,
+        "first_step": 2,
+    }
+    branch = SubtaskInput.model_validate(flat)
+    assert branch.settings.branch_step_limit == 5
+    assert branch.settings.model_timeout_seconds == 9.0
+    assert branch.settings.tool_max_attempts == 2
+    assert branch.settings.continue_as_new is False
+    assert (branch.headless, branch.first_step) == (True, 2)
+    assert SubtaskInput.model_validate(branch.model_dump()) == branch

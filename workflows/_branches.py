@@ -70,7 +70,6 @@ async def _branch(
 async def _run_branch(
     data: TaskInput, state: TaskState, round_: int, upto: int, ordinal: int, draft: SubtaskDraft
 ) -> BranchOutcome:
-    settings = data.settings
     type_info = next(t for t in state.types if t.key == draft.type)
     try:
         result = await workflow.execute_child_workflow(
@@ -87,18 +86,8 @@ async def _run_branch(
                 catalog_view=state.last_round.view if state.last_round else None,
                 params=draft.params,
                 model=type_info.model or data.model,
-                step_limit=settings.branch_step_limit,
-                max_history_events=settings.max_history_events,
-                continue_as_new=settings.continue_as_new,
-                model_timeout_seconds=settings.model_timeout_seconds,
-                model_max_attempts=settings.model_max_attempts,
-                heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
-                tool_timeout_seconds=settings.tool_timeout_seconds,
-                tool_max_attempts=settings.tool_max_attempts,
+                settings=data.settings,
                 headless=data.headless,
-                ask_timeout_hours=settings.ask_timeout_hours,
-                model_task_queue=settings.model_task_queue,
-                max_output_tokens=settings.max_output_tokens,
             ),
             id=thread_id(round_, ordinal),
             static_summary=f"round {round_} · subtask {ordinal} · {draft.type}",

@@ -72,7 +72,7 @@ class SubtaskWorkflow:
         opening = self._opening(data, thread_id) if data.first_step == 0 else None
         record = self._record(data, thread_id, "completed", None)
         status, error, steps = "failed", "", data.first_step
-        for step in range(data.first_step, data.step_limit):
+        for step in range(data.first_step, data.settings.branch_step_limit):
             if step > data.first_step:
                 await self._hand_over_if_long(data, step, ledger)
             steps += 1
@@ -83,8 +83,8 @@ class SubtaskWorkflow:
                 session_id=data.session_id,
                 model=data.model,
                 subtask_type=data.subtask_type,
-                last_step=step == data.step_limit - 1,
-                max_output_tokens=data.max_output_tokens,
+                last_step=step == data.settings.branch_step_limit - 1,
+                max_output_tokens=data.settings.max_output_tokens,
                 open=opening if step == data.first_step else None,
                 record=record,
             )
@@ -97,7 +97,7 @@ class SubtaskWorkflow:
                 break
             await self._tool_calls(data, step, out)
         else:
-            error = f"ran out of steps ({data.step_limit}) without a final answer"
+            error = f"ran out of steps ({data.settings.branch_step_limit}) without a final answer"
         if status != "completed":
             # A completed branch's row was written by its last step.
             await store_call(
@@ -116,7 +116,8 @@ class SubtaskWorkflow:
     async def _hand_over_if_long(data: SubtaskInput, step: int, ledger: UsageLedger) -> None:
         """A long step loop hands over to a fresh run; its thread is already in the store."""
         if not run_is_long(
-            continue_as_new=data.continue_as_new, max_history_events=data.max_history_events
+            continue_as_new=data.settings.continue_as_new,
+            max_history_events=data.settings.max_history_events,
         ):
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -139,14 +140,14 @@ class SubtaskWorkflow:
             out = await model_step(
                 ModelActivities.branch_step,
                 step,
-                timeout_seconds=data.model_timeout_seconds,
-                heartbeat_seconds=data.heartbeat_timeout_seconds,
-                max_attempts=data.model_max_attempts,
-                task_queue=model_queue(data.model_task_queue, data.model),
+                timeout_seconds=data.settings.model_timeout_seconds,
+                heartbeat_seconds=data.settings.heartbeat_timeout_seconds,
+                max_attempts=data.settings.model_max_attempts,
+                task_queue=model_queue(data.settings.model_task_queue, data.model),
                 summary=f"branch r{data.round}/b{data.ordinal} · step {step.step} · {data.model}",
             )
         except ActivityError as exc:
-            failure = describe(exc, data.model_max_attempts)
+            failure = describe(exc, data.settings.model_max_attempts)
             ledger.charge(
                 "branches", data.model, calls=failure.attempts, failed_calls=failure.attempts
             )
@@ -188,7 +189,7 @@ class SubtaskWorkflow:
         """Put a call to the user through the task and wait: None when approved, else the text
         the model reads (denied, unanswered, or no one to ask). The branch logs its call's wait
         and how it ended unanswered; the task logs the user's answer."""
-        logged, hours = self._patches.approvals_logged, data.ask_timeout_hours
+        logged, hours = self._patches.approvals_logged, data.settings.ask_timeout_hours
         if data.headless:
             if logged:
                 own = workflow.info().workflow_id
@@ -231,14 +232,14 @@ class SubtaskWorkflow:
                     call_index=i,
                     subtask_type=data.subtask_type,
                     task_id=data.task_id,
-                    timeout_seconds=data.tool_timeout_seconds,
-                    max_attempts=data.tool_max_attempts,
+                    timeout_seconds=data.settings.tool_timeout_seconds,
+                    max_attempts=data.settings.tool_max_attempts,
                     verdict=verdict,
                     approved=i in verdicts and verdict is None,
                 ),
-                timeout_seconds=data.tool_timeout_seconds,
-                heartbeat_seconds=data.heartbeat_timeout_seconds,
-                max_attempts=data.tool_max_attempts,
+                timeout_seconds=data.settings.tool_timeout_seconds,
+                heartbeat_seconds=data.settings.heartbeat_timeout_seconds,
+                max_attempts=data.settings.tool_max_attempts,
                 summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
             )
 
@@ -251,7 +252,12 @@ class SubtaskWorkflow:
             if not isinstance(error, ActivityError):
                 raise error
         reports = [
-            run(i, prompts.tool_failed("this tool", attempts_failed(error, data.tool_max_attempts)))
+            run(
+                i,
+                prompts.tool_failed(
+                    "this tool", attempts_failed(error, data.settings.tool_max_attempts)
+                ),
+            )
             for i, error in failed.items()
         ]
         await asyncio.gather(*reports)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from errands.contracts.activities import RoundStepInput, RoundView
 from errands.contracts.approvals import ApprovalRequest
@@ -265,6 +265,8 @@ class TaskResult(BaseModel):
 
 
 class SubtaskInput(BaseModel):
+    """One branch: its subtask, where its references point, and the task's settings."""
+
     task_id: str
     session_id: str
     round: int
@@ -278,27 +280,45 @@ class SubtaskInput(BaseModel):
     """The delegating step's view of the session, which ``references`` number."""
     params: dict[str, Any] = Field(default_factory=dict)
     model: str
-    step_limit: int
-    model_timeout_seconds: float = 300
-    model_max_attempts: int = 6
-    heartbeat_timeout_seconds: float = HEARTBEAT_TIMEOUT_SECONDS
-    tool_timeout_seconds: float = TOOL_TIMEOUT_SECONDS
-    tool_max_attempts: int = TOOL_MAX_ATTEMPTS
+    settings: RoundSettings = Field(default_factory=RoundSettings)
+    """The task's settings, whole: the branch reads its step limit, timeouts and attempts here."""
     headless: bool = False
     """As the task's: a call that needs approval is not run, there being nobody to ask."""
-    ask_timeout_hours: float = 24
-    """How long a call waits for the user's approval."""
-    model_task_queue: str | None = None
-    """As ``RoundSettings.model_task_queue``: where this branch's model steps are scheduled."""
-    max_output_tokens: int = 4096
-    max_history_events: int = 1500
-    continue_as_new: bool = True
     first_step: int = 0
     """Set by continue-as-new: the step this run starts at (the thread is already open)."""
     usage: dict[str, ModelUsage] = Field(default_factory=dict)
     """Set by continue-as-new: what earlier runs of this branch spent."""
     compaction: dict[str, ModelUsage] = Field(default_factory=dict)
     """Summary calls of the runs before a continue-as-new (the ledger's ``compaction``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_from_flat_fields(cls, value: Any) -> Any:
+        """Until 0.2.0 a branch got each setting as a field of its own (a running branch still
+        carries them): gather them into ``settings``."""
+        if not isinstance(value, dict) or "settings" in value:
+            return value
+        flat = {name: value[name] for name in _FLAT_BRANCH_SETTINGS if name in value}
+        if "step_limit" in value:
+            flat["branch_step_limit"] = value["step_limit"]
+        rest = {k: v for k, v in value.items() if k not in _FLAT_BRANCH_SETTINGS}
+        rest.pop("step_limit", None)
+        return {**rest, "settings": flat}
+
+
+_FLAT_BRANCH_SETTINGS = (
+    "model_timeout_seconds",
+    "model_max_attempts",
+    "heartbeat_timeout_seconds",
+    "tool_timeout_seconds",
+    "tool_max_attempts",
+    "ask_timeout_hours",
+    "model_task_queue",
+    "max_output_tokens",
+    "max_history_events",
+    "continue_as_new",
+)
+"""The settings a 0.1.0 branch carried as fields of its input."""
 
 
 class SubtaskResult(BaseModel):
