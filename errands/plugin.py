@@ -58,7 +58,7 @@ WORKFLOWS: list[type] = [
 class ErrandsPlugin(SimplePlugin):
     """errands on a Temporal client, worker or replayer.
 
-    ``subtask_types`` are added after the built-in ``general``, the ``errands.agent.subtask_types``
+    ``subtask_types`` are added after the built-in ``general``, the ``errands.subtask_types``
     entry points and ``ERRANDS_SUBTASK_TYPES`` (a later key overrides an earlier one). ``tools``
     are the main agent's own work tools (``errands.tool`` functions), offered after the
     built-ins. ``mcp_servers`` are added to ``ERRANDS_MCP_SERVERS`` (a server of the same name

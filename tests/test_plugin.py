@@ -184,7 +184,7 @@ def test_an_entry_point_that_does_not_load_is_named(
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-types\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
-        "[errands.agent.subtask_types]\nbroken = broken_types_nowhere:TYPES\n"
+        "[errands.subtask_types]\nbroken = broken_types_nowhere:TYPES\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError) as bad:

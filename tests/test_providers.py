@@ -640,14 +640,14 @@ async def test_a_refused_required_tool_choice_is_retried_with_auto_in_the_same_c
 
     async with openai_client(api_key=SECRET, base_url=server.openai_base_url) as client:
         provider = OpenAIChatProvider(client)
-        with caplog.at_level(logging.WARNING, logger="errands.adapters.providers"):
+        with caplog.at_level(logging.WARNING, logger="errands.providers"):
             first = await provider.complete("gpt-local", ROUND, timeout=10)
             second = await provider.complete("gpt-local", ROUND, timeout=10)
 
     assert (first.text, second.text) == ("first", "second")
     assert [r.body["tool_choice"] for r in server.requests] == ["required", "auto", "auto"]
     assert isinstance(server.requests[0].answered, Fail)
-    warnings = [r for r in caplog.records if r.name == "errands.adapters.providers"]
+    warnings = [r for r in caplog.records if r.name == "errands.providers"]
     assert len(warnings) == 1 and "gpt-local" in warnings[0].getMessage()
     assert SECRET not in warnings[0].getMessage()
 

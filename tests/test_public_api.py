@@ -145,3 +145,19 @@ def test_the_distribution_lists_every_package_of_the_source_tree() -> None:
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert found == listed
+
+
+@pytest.mark.fast
+def test_names_outside_the_code_keep_their_spelling_wherever_the_code_moves() -> None:
+    # Installed packages declare subtask types in this entry-point group, and operators filter
+    # logs by these logger names: the package's layout is not theirs to follow.
+    import logging
+
+    from errands.agent import subtask_types
+
+    assert subtask_types.ENTRY_POINTS == "errands.subtask_types"
+    import errands.adapters.providers  # noqa: F401  (creates its logger)
+    import errands.adapters.telemetry  # noqa: F401
+
+    loggers = set(logging.Logger.manager.loggerDict)
+    assert {"errands.providers", "errands.telemetry"} <= loggers

@@ -285,7 +285,7 @@ def test_tracing_interceptors_are_empty_and_say_why_without_opentelemetry(
 ) -> None:
     # A None entry in sys.modules makes the import fail as if the package were not installed.
     monkeypatch.setitem(sys.modules, "temporalio.contrib.opentelemetry", None)
-    with caplog.at_level(logging.WARNING, logger="errands.adapters.telemetry"):
+    with caplog.at_level(logging.WARNING, logger="errands.telemetry"):
         assert tracing_interceptors() == []
     [record] = caplog.records
     assert "tracing is off" in record.getMessage()

@@ -24,7 +24,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 ID_FIELDS = ("task_id", "round", "branch")
 """The ids every log line carries when it is written on behalf of a task."""
 
-_log = logging.getLogger("errands.adapters.telemetry")
+_log = logging.getLogger("errands.telemetry")
 _CHILD_PART = re.compile(r"^(?:r(?P<round>\d+)|b(?P<branch>\d+))$")
 _HANDLER_MARK = "_errands_handler"
 

@@ -94,6 +94,9 @@ GENERAL = SubtaskType(
 
 
 SETTING = "ERRANDS_SUBTASK_TYPES"
+ENTRY_POINTS = "errands.subtask_types"
+"""The entry-point group installed packages declare their subtask types in (a public name: it
+keeps its spelling wherever the module that reads it lives)."""
 """The setting every subtask-type loading error names."""
 
 
@@ -106,8 +109,8 @@ def load_types(
     A type that cannot be loaded raises ``ConfigError`` naming the entry that is to blame.
     """
     found: dict[str, SubtaskType] = {GENERAL.key: GENERAL}
-    for entry in sorted(entry_points(group="errands.agent.subtask_types"), key=lambda e: e.name):
-        origin = f"the errands.agent.subtask_types entry point {entry.name!r} ({entry.value})"
+    for entry in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        origin = f"the {ENTRY_POINTS} entry point {entry.name!r} ({entry.value})"
         try:
             loaded = entry.load()
         except Exception as error:  # noqa: BLE001 - any failure of a plugin's import is named

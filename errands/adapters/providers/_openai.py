@@ -30,7 +30,7 @@ from errands.contracts.messages import (
     Usage,
 )
 
-logger = logging.getLogger("errands.adapters.providers")
+logger = logging.getLogger("errands.providers")
 
 
 def openai_client(*, api_key: str | None, base_url: str | None) -> openai.AsyncOpenAI:
