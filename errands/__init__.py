@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from errands.plugin import ErrandsPlugin
     from errands.settings import Settings, load_settings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _ERRORS = (
     "AnswerRejected",

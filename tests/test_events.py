@@ -1,4 +1,4 @@
-"""The event log's schema (errands/events.py) is pinned: its types, and the document made
+"""The event log's schema (errands/contracts/events.py) is pinned: its types, and the document made
 from it."""
 
 from __future__ import annotations

@@ -161,3 +161,9 @@ def test_names_outside_the_code_keep_their_spelling_wherever_the_code_moves() ->
 
     loggers = set(logging.Logger.manager.loggerDict)
     assert {"errands.providers", "errands.telemetry"} <= loggers
+
+
+@pytest.mark.fast
+def test_the_package_says_the_version_the_distribution_has() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert errands.__version__ == pyproject["project"]["version"]

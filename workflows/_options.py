@@ -37,7 +37,7 @@ def model_retry(max_attempts: int) -> RetryPolicy:
 
 def tool_retry(max_attempts: int) -> RetryPolicy:
     """A work-tool call: retried while its server cannot be reached or its worker died; its
-    last attempt reports to the model instead of failing (activities/_model.py)."""
+    last attempt reports to the model instead of failing (activities/_tool_calls.py)."""
     return RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,

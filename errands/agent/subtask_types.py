@@ -8,7 +8,7 @@ Types come from four places, later ones overriding earlier keys: the built-in ``
 the ``errands.agent.subtask_types`` entry-point group, ``ERRANDS_SUBTASK_TYPES`` (comma-separated
 ``module:attribute`` paths, each a ``SubtaskType`` or a list of them), and the types given to
 ``ErrandsPlugin(subtask_types=...)``. Work tools are usually made from typed Python functions with
-``errands.tool`` (``errands/tools.py``).
+``errands.tool`` (``errands/agent/tools.py``).
 
 Workflows import this module (for ``SubtaskTypeInfo``): it stays free of I/O and heavy imports.
 """

@@ -164,7 +164,7 @@ function replyDelta(watch, e) {
   if (takeLiveText(watch, e)) showLive(watch, e.where);
 }
 
-// One text per step (where, step), of its latest attempt, as errands.events.LiveText keeps it:
+// One text per step (where, step), of its latest attempt, as errands.contracts.events.LiveText keeps it:
 // a later attempt's model_call_started or delta, or a superseded marker (a retried attempt
 // says so first, with no text), starts the text over; an earlier attempt's late delta is
 // dropped. False when the event changes nothing.
