@@ -29,7 +29,7 @@ from errands.client import Client as ErrandsClient
 from errands.contracts import ids
 from errands.gateway import create_app, serving
 from errands.settings import Settings
-from tests.helpers import Conversation
+from tests.helpers import Conversation, delegate, eventually, final, general
 from tests.mcp_notes import Servers
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -78,12 +78,7 @@ RECORD_WRITING = """() => {
 
 
 def delegate_cities(*cities: str) -> Reply:
-    subtasks = [{"type": "general", "prompt": f"About {c}", "references": [1]} for c in cities]
-    return Reply(calls=[Call("delegate", {"reply": "Comparing the cities.", "subtasks": subtasks})])
-
-
-def final(text: str, **extra: Any) -> Reply:
-    return Reply(calls=[Call("final_reply", {"text": text})], **extra)
+    return delegate(*[general(f"About {c}", 1) for c in cities], reply="Comparing the cities.")
 
 
 def slow_branch(delay: float) -> Callable[[RecordedRequest], Reply]:
@@ -96,12 +91,6 @@ def slow_branch(delay: float) -> Callable[[RecordedRequest], Reply]:
 
 def user_texts(request: RecordedRequest) -> list[str]:
     return [m["content"] for m in request.body["messages"] if m["role"] == "user"]
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -236,7 +225,7 @@ async def test_the_page_follows_a_task_live_from_its_branches_to_a_steered_markd
         await expect(tool).to_have_attribute("data-state", "done")
 
         # While the next model call is held, a steer from the box is taken, with its receipt.
-        await until(lambda: len(convo.main_requests) >= 4)
+        await eventually(lambda: len(convo.main_requests) >= 4, "the fourth round's model call")
         await page.get_by_test_id("message-text").fill(STEER)
         await expect(page.get_by_test_id("message-mode")).to_have_value("steer")
         await page.get_by_test_id("message-send").click()
@@ -361,19 +350,20 @@ async def test_the_page_shows_an_approval_from_the_log_alone_and_denies_it_with_
 async def test_the_session_list_shows_a_task_and_opening_it_shows_its_conversation(
     page_url: str, browser: Browser, scripted: ScriptedModelServer, store: SessionStore
 ) -> None:
-    scripted.script("gpt-web", final("Two **short** lines."))
+    scripted.script("gpt-web", final("Two **short** lines."), final("One more, done."))
     session = f"web-list-{uuid.uuid4().hex[:6]}"
     async with httpx.AsyncClient(base_url=page_url) as http:
         created = await http.post(
             f"/v1/sessions/{session}/tasks", json={"text": "Say two lines", "model": MODEL}
         )
         task = created.json()["task_id"]
-        async with asyncio.timeout(30):  # the list lags a task's end by a moment
-            while not any(
-                t["task_id"] == task and t["status"] == "completed"
-                for t in (await http.get("/v1/tasks?limit=50")).json()["tasks"]
-            ):
-                await asyncio.sleep(0.2)
+
+        async def listed_as_completed() -> bool:
+            listed = (await http.get("/v1/tasks?limit=50")).json()["tasks"]
+            return any(t["task_id"] == task and t["status"] == "completed" for t in listed)
+
+        # The list lags a task's end by a moment.
+        await eventually(listed_as_completed, f"task {task} listed as completed")
         info = (await http.get("/v1/info")).json()
 
     errors: list[str] = []
@@ -411,6 +401,22 @@ async def test_the_session_list_shows_a_task_and_opening_it_shows_its_conversati
     )
     await expect(page.get_by_test_id("message-receipt")).to_be_hidden()
     await snap(page, "13-session-task")
+
+    # Queued instead, the same message starts the session's next task at once, named by id.
+    await page.get_by_test_id("message-mode").select_option("queue")
+    await page.get_by_test_id("message-send").click()
+    started = ids.queued_after_end_task_id(task)
+    receipt = page.get_by_test_id("message-receipt")
+    await expect(receipt).to_have_text(f"Started the session's next task: {started}.")
+    await expect(receipt).to_have_attribute("data-status", "started")
+    await expect(page.get_by_test_id("message-error")).to_be_empty()
+    await snap(page, "13b-queued-message-started-a-task")
+    async with httpx.AsyncClient(base_url=page_url) as http:
+
+        async def replied() -> bool:
+            return (await http.get(f"/v1/tasks/{started}")).json().get("status") == "replied"
+
+        await eventually(replied, f"task {started} to reply")
     assert errors == [], errors
 
 

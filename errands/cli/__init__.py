@@ -12,12 +12,13 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
 from errands.errors import ErrandsError, Stopped, TaskEnded, TaskFailed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+Handler = Callable[[argparse.Namespace], Awaitable[int | None]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,29 +83,33 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="errands", description=__doc__)
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="start a task and (unless --detach) wait for its reply")
-    run.add_argument("text")
+    def command(
+        name: str, handler: Handler, help: str, *positionals: str, json: bool = True
+    ) -> argparse.ArgumentParser:
+        """A command, its positional arguments and (a command that prints state) --json."""
+        parsed = sub.add_parser(name, help=help)
+        for positional in positionals:
+            parsed.add_argument(positional)
+        if json:
+            parsed.add_argument("--json", action="store_true")
+        parsed.set_defaults(handler=handler)
+        return parsed
+
+    run = command(
+        "run", commands.run, "start a task and (unless --detach) wait for its reply", "text"
+    )
     run.add_argument("--session", help="session id (default: a new session)")
     run.add_argument("--model", help="provider:model of the primary slot (ERRANDS_MODEL)")
     run.add_argument("--fallback-model", help="provider:model of the fallback slot")
     run.add_argument("--headless", action="store_true", help="no one will answer questions")
     run.add_argument("--detach", action="store_true", help="print the task id and return")
-    run.add_argument("--json", action="store_true")
-    run.set_defaults(handler=commands.run)
 
-    wait = sub.add_parser("wait", help="wait for a task to end and print its result")
-    wait.add_argument("task")
+    wait = command("wait", commands.wait, "wait for a task to end and print its result", "task")
     wait.add_argument("--timeout", type=float, default=None, help="seconds (default: forever)")
-    wait.add_argument("--json", action="store_true")
-    wait.set_defaults(handler=commands.wait)
 
-    status = sub.add_parser("status", help="show a task's state")
-    status.add_argument("task")
-    status.add_argument("--json", action="store_true")
-    status.set_defaults(handler=commands.status)
+    command("status", commands.status, "show a task's state", "task")
 
-    answer = sub.add_parser("answer", help="answer a task's pending question")
-    answer.add_argument("task")
+    answer = command("answer", commands.answer, "answer a task's pending question", "task")
     answer.add_argument(
         "choices",
         nargs="*",
@@ -114,79 +119,65 @@ def _parser() -> argparse.ArgumentParser:
     )
     answer.add_argument("--dismiss", action="store_true", help="decline to choose anything")
     answer.add_argument("--cancel", action="store_true", help="cancel the question")
-    answer.add_argument("--json", action="store_true")
-    answer.set_defaults(handler=commands.answer)
 
-    say = sub.add_parser("say", help="send a message into a running task")
-    say.add_argument("task")
-    say.add_argument("text")
+    say = command("say", commands.say, "send a message into a running task", "task", "text")
     how = say.add_mutually_exclusive_group()
     how.add_argument(
         "--queue", action="store_true", help="make it the session's next task once this one ends"
     )
     how.add_argument("--interrupt", action="store_true", help="stop the round in flight first")
-    say.add_argument("--json", action="store_true")
-    say.set_defaults(handler=commands.say)
 
-    approve = sub.add_parser("approve", help="let a task's tool call waiting for approval run")
-    approve.add_argument("task")
+    approve = command(
+        "approve", commands.approve, "let a task's tool call waiting for approval run", "task"
+    )
     approve.add_argument(
         "--always",
         action="store_true",
         help="also every later call of that tool in the session (tools whose approval is ask)",
     )
-    approve.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
-    approve.add_argument("--json", action="store_true")
-    approve.set_defaults(handler=commands.approve)
-
-    deny = sub.add_parser("deny", help="refuse a task's tool call waiting for approval")
-    deny.add_argument("task")
+    deny = command("deny", commands.deny, "refuse a task's tool call waiting for approval", "task")
     deny.add_argument("--reason", help="why; the agent reads it")
-    deny.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
-    deny.add_argument("--json", action="store_true")
-    deny.set_defaults(handler=commands.deny)
+    for decision in (approve, deny):
+        decision.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
 
-    watch = sub.add_parser("watch", help="print a task's event log and follow it to the end")
-    watch.add_argument("task")
+    watch = command(
+        "watch",
+        commands.watch,
+        "print a task's event log and follow it to the end",
+        "task",
+        json=False,
+    )
     watch.add_argument("--after", type=int, default=0, metavar="SEQ", help="only events after SEQ")
     watch.add_argument("--json", action="store_true", help="one JSON object a line")
-    watch.set_defaults(handler=commands.watch)
 
-    cancel = sub.add_parser("cancel", help="cancel a running task")
-    cancel.add_argument("task")
-    cancel.add_argument("--json", action="store_true")
-    cancel.set_defaults(handler=commands.cancel)
+    command("cancel", commands.cancel, "cancel a running task", "task")
+    command(
+        "btw",
+        commands.btw,
+        "ask a side question about a task without disturbing it",
+        "task",
+        "question",
+    )
+    command("config", commands.config, "print the effective settings (secrets masked)")
+    command("history", commands.history, "show a session's messages", "session")
 
-    btw = sub.add_parser("btw", help="ask a side question about a task without disturbing it")
-    btw.add_argument("task")
-    btw.add_argument("question")
-    btw.add_argument("--json", action="store_true")
-    btw.set_defaults(handler=commands.btw)
-
-    config = sub.add_parser("config", help="print the effective settings (secrets masked)")
-    config.add_argument("--json", action="store_true")
-    config.set_defaults(handler=commands.config)
-
-    history = sub.add_parser("history", help="show a session's messages")
-    history.add_argument("session")
-    history.add_argument("--json", action="store_true")
-    history.set_defaults(handler=commands.history)
-
-    dev = sub.add_parser("dev", help="run the embedded stack: Temporal dev server, UI and worker")
+    dev = command(
+        "dev",
+        commands.dev,
+        "run the embedded stack: Temporal dev server, UI and worker",
+        json=False,
+    )
     dev.add_argument("--port", type=int, default=None)
     dev.add_argument("--ui-port", type=int, default=None)
     dev.add_argument("--data-dir", default=None)
-    dev.set_defaults(handler=commands.dev)
 
-    serve = sub.add_parser("serve", help="serve the HTTP gateway and the web page")
+    serve = command("serve", commands.serve, "serve the HTTP gateway and the web page", json=False)
     serve.add_argument(
         "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
     )
     serve.add_argument("--port", type=int, default=8080)
-    serve.set_defaults(handler=commands.serve)
 
-    worker = sub.add_parser("worker", help="run a worker against TEMPORAL_ADDRESS")
-    worker.set_defaults(handler=commands.worker)
+    command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
     return parser
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Path, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -77,14 +77,13 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
     install_handlers(app)
-    api = [Depends(guard)]
+    # Every API call: behind the token, and refused with a Problem.
+    api = APIRouter(prefix="/v1", dependencies=[Depends(guard)], responses=REFUSALS)
 
-    @app.post(
-        "/v1/sessions/{session_id}/tasks",
+    @api.post(
+        "/sessions/{session_id}/tasks",
         status_code=201,
         response_model=TaskCreated,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Start a task in a session",
     )
     async def start_task(session_id: SessionId, body: NewTask) -> TaskCreated:
@@ -97,20 +96,17 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         )
         return TaskCreated(task_id=handle.task_id, session_id=session_id)
 
-    @app.get(
-        "/v1/tasks/{task_id}",
-        responses={200: {"model": TaskResult}, **REFUSALS},
-        dependencies=api,
+    @api.get(
+        "/tasks/{task_id}",
+        responses={200: {"model": TaskResult}},
         summary="A task's state: the fields of `errands status --json`",
     )
     async def task_state(task_id: TaskId) -> JSONResponse:
         return JSONResponse((await client.task(task_id).status()).public())
 
-    @app.post(
-        "/v1/tasks/{task_id}/answer",
+    @api.post(
+        "/tasks/{task_id}/answer",
         response_model=AnswerAccepted,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Answer the task's pending question",
     )
     async def answer(task_id: TaskId, body: AnswerRequest) -> AnswerAccepted:
@@ -124,21 +120,17 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
             task_id=task_id, question_set_id=receipt.question_set_id, status=receipt.status
         )
 
-    @app.post(
-        "/v1/tasks/{task_id}/messages",
+    @api.post(
+        "/tasks/{task_id}/messages",
         response_model=MessageReceipt,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Send a message into the running task (steer it, or queue the next task)",
     )
     async def message(task_id: TaskId, body: MessageRequest) -> MessageReceipt:
         return await client.task(task_id).say(body.text, mode=body.mode)
 
-    @app.post(
-        "/v1/tasks/{task_id}/approval",
+    @api.post(
+        "/tasks/{task_id}/approval",
         response_model=ApprovalAccepted,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Approve or deny the task's tool call waiting for approval",
     )
     async def approval(task_id: TaskId, body: ApprovalRequestBody) -> ApprovalAccepted:
@@ -150,34 +142,28 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
             receipt = await task.approve(always=always, approval_id=body.approval_id)
         return ApprovalAccepted(task_id=task_id, **receipt.model_dump())
 
-    @app.post(
-        "/v1/tasks/{task_id}/btw",
+    @api.post(
+        "/tasks/{task_id}/btw",
         response_model=SideAnswerOut,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Ask a side question; the task is not disturbed",
     )
     async def side_question(task_id: TaskId, body: SideQuestionRequest) -> SideAnswerOut:
         answer = await client.task(task_id).btw(body.question)
         return SideAnswerOut(task_id=task_id, **answer.model_dump())
 
-    @app.post(
-        "/v1/tasks/{task_id}/cancel",
+    @api.post(
+        "/tasks/{task_id}/cancel",
         status_code=202,
         response_model=CancelRequested,
-        responses=REFUSALS,
-        dependencies=api,
         summary="Cancel a running task",
     )
     async def cancel(task_id: TaskId) -> CancelRequested:
         await client.task(task_id).cancel()
         return CancelRequested(task_id=task_id)
 
-    @app.get(
-        "/v1/sessions/{session_id}/messages",
+    @api.get(
+        "/sessions/{session_id}/messages",
         response_model=Messages,
-        responses=REFUSALS,
-        dependencies=api,
         summary="A session's messages, oldest first",
     )
     async def messages(
@@ -195,11 +181,9 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
             ],
         )
 
-    @app.get(
-        "/v1/tasks",
+    @api.get(
+        "/tasks",
         response_model=TaskList,
-        responses=REFUSALS,
-        dependencies=api,
         summary="The latest tasks, newest first (of one session, with `session`)",
     )
     async def tasks(
@@ -211,24 +195,21 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         found = await client.tasks(session=session, limit=limit)
         return TaskList(tasks=[TaskOut(**asdict(t)) for t in found])
 
-    @app.get(
-        "/v1/info",
+    @api.get(
+        "/info",
         response_model=GatewayInfo,
-        dependencies=api,
         summary="Where tasks run: the namespace, and the Temporal UI to link them to",
     )
     async def info() -> GatewayInfo:
         return GatewayInfo(namespace=client.namespace, temporal_ui=client.settings.temporal_ui())
 
-    @app.get(
-        "/v1/tasks/{task_id}/events",
+    @api.get(
+        "/tasks/{task_id}/events",
         responses={
             200: {"content": {"text/event-stream": {}}, "description": "The task's event log"},
             204: {"description": "The task has ended and has no event after Last-Event-ID"},
-            **REFUSALS,
         },
         response_class=StreamingResponse,
-        dependencies=api,
         summary="The task's event log as server-sent events, from the start, then live",
         description="Every event of the task in order (types and fields: docs/events.md), each "
         "with `id:` its sequence number and `event:` its type; the stream ends after replied, "
@@ -250,6 +231,8 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    app.include_router(api)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:

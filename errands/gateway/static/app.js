@@ -66,9 +66,15 @@ async function sendMessage(event) {
   try {
     const body = { text: $("message-text").value, mode };
     const got = await api("POST", taskPath(watch.id, "/messages"), body);
-    const accepted = `${got.status === "queued" ? "Queued" : "Accepted"} as ${got.message_id}.`;
-    watch.receipts.set(got.message_id, accepted);
-    showReceipt(got.message_id, got.status, `${accepted} ${RECEIPTS[got.mode] || RECEIPTS[mode]}`);
+    if (got.status === "started") {
+      // Queued on a task that had ended: the message started the session's next task at once.
+      showReceipt(got.message_id, got.status, `Started the session's next task: ${got.task_id}.`);
+    } else {
+      const accepted = `${got.status === "queued" ? "Queued" : "Accepted"} as ${got.message_id}.`;
+      watch.receipts.set(got.message_id, accepted);
+      const what = RECEIPTS[got.mode] || RECEIPTS[mode];
+      showReceipt(got.message_id, got.status, `${accepted} ${what}`);
+    }
     $("message-text").value = "";
   } catch (error) {
     $("message-error").textContent = error.message; // a finished task says how to go on
