@@ -250,3 +250,42 @@ def test_the_live_text_of_a_final_reply_stops_at_the_size_guard() -> None:
     text = "".join(shown)
     assert text == "x" * len(text)
     assert MAX_BYTES - 40 <= len(text) <= MAX_BYTES + 40  # the guard, give or take a piece
+
+
+# -- runs from before the guards (0.1.0) replay as they ran --------------------------------------
+
+
+def test_an_unguarded_read_takes_what_the_guards_refuse_as_a_0_1_0_run_did() -> None:
+    from errands.agent.control import parse_delegate, parse_final_reply
+    from errands.contracts.subtasks import SubtaskTypeInfo
+
+    long_reply = ToolCall(id="c", name="final_reply", arguments=json.dumps({"text": "x" * 300_000}))
+    with pytest.raises(ModelMistake, match="bytes"):
+        parse_final_reply([long_reply])
+    assert len(parse_final_reply([long_reply], guarded=False).text) == 300_000
+    deep_params = {"reply": "ok", "subtasks": [{"type": "t", "prompt": "p", "params": {}}]}
+    deep = {"a": 0}
+    for _ in range(70):
+        deep = {"a": deep}
+    deep_params["subtasks"][0]["params"] = deep  # type: ignore[index]
+    call = ToolCall(id="d", name="delegate", arguments=json.dumps(deep_params))
+    types = [SubtaskTypeInfo(key="t", description="t", params_schema={"type": "object"})]
+    with pytest.raises(ModelMistake, match="nested"):
+        parse_delegate([call], catalog_size=1, types=types, max_subtasks=8)
+    decided = parse_delegate([call], catalog_size=1, types=types, max_subtasks=8, guarded=False)
+    assert decided.subtasks[0].type == "t"
+
+
+def test_an_unguarded_read_still_reads_the_marker_and_never_raises_a_recursion_error() -> None:
+    marker = json.dumps({REFUSED: "the arguments are 5,000,000 bytes long"})
+    assert read_arguments(marker, guarded=False) == "the arguments are 5,000,000 bytes long"
+    too_deep = "[" * 100_000 + "]" * 100_000
+    assert read_arguments(too_deep, guarded=False) == "the arguments are nested too deeply to read"
+
+
+def test_a_run_takes_the_guards_only_when_it_started_on_0_2_0() -> None:
+    from workflows._patches import RunPatches
+
+    assert RunPatches.of_release_2(True).arguments_guarded
+    assert not RunPatches.of_release_2(False).arguments_guarded
+    assert not RunPatches.none().arguments_guarded

@@ -14,18 +14,9 @@ from errands.adapters.store import SessionStore
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import ask, eventually, final, keep_history, start_task, until_waiting
+from tests.helpers import DATABASE, ask, eventually, final, keep_history, start_task, until_waiting
 
 MODEL = "openai:gpt-ask"
-
-DATABASE = {
-    "question": "Which database should the new service use?",
-    "header": "Database",
-    "options": [
-        {"label": "PostgreSQL", "description": "Recommended: we already run it"},
-        {"label": "SQLite"},
-    ],
-}
 
 
 def last_tool_result(request: RecordedRequest) -> str:
@@ -284,11 +275,18 @@ async def test_the_search_attribute_finds_exactly_the_waiting_tasks(
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("a"))
     scripted.script("gpt-other", final("b"))
-    waiting = await start_task(client, settings.task_queue, "q", model=MODEL)
-    done = await start_task(client, settings.task_queue, "q", model="openai:gpt-other")
+    # Sessions of their own: other tests' tasks may be waiting on the same queue.
+    sessions = [f"sa-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    waiting = await start_task(client, settings.task_queue, "q", model=MODEL, session=sessions[0])
+    done = await start_task(
+        client, settings.task_queue, "q", model="openai:gpt-other", session=sessions[1]
+    )
     await done.result()
     status = await until_waiting(waiting)
-    query = f'ErrandsWaitingForUser = true AND TaskQueue = "{settings.task_queue}"'
+    query = (
+        f'ErrandsWaitingForUser = true AND (ErrandsSession = "{sessions[0]}" '
+        f'OR ErrandsSession = "{sessions[1]}")'
+    )
 
     async def listed() -> list[str]:
         return [w.id async for w in client.list_workflows(query)]

@@ -69,7 +69,7 @@ class RoundLoop:
     async def run(self, patches: RunPatches) -> None:
         self._patches = patches
         state = self._state
-        decider = RoundDecider(self._data, state, self.approve)
+        decider = RoundDecider(self._data, state, self.approve, guarded=patches.arguments_guarded)
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None

@@ -22,26 +22,33 @@ logged; a round's branches run beside a wait for an interrupting message."""
 
 RUN_START_2 = "asked-at-run-start-2"
 """Release 0.2.0: a call that waits for the user's approval, and what became of it, are logged
-(approval_requested, approval_answered), by the task and by its branches. A change asked at the
-start later gets ``asked-at-run-start-3``."""
+(approval_requested, approval_answered), by the task and by its branches; the workflow reads a
+control or advisor call's arguments under the size and depth guards of
+``errands.agent.arguments`` (a 0.1.0 run read whatever it was given, and replays so). A change
+asked at the start later gets ``asked-at-run-start-3``."""
 
 
 @dataclass(frozen=True)
 class RunPatches:
     approvals_logged: bool
+    arguments_guarded: bool
 
     @staticmethod
     def at_start() -> RunPatches:
         """Ask once; call it first thing in a task's run, before any activity."""
         workflow.deprecate_patch(RUN_START)
-        return RunPatches(approvals_logged=workflow.patched(RUN_START_2))
+        return RunPatches.of_release_2(workflow.patched(RUN_START_2))
 
     @staticmethod
     def of_branch() -> RunPatches:
         """A branch's: only what a branch does (it logs its calls' approvals)."""
-        return RunPatches(approvals_logged=workflow.patched(RUN_START_2))
+        return RunPatches.of_release_2(workflow.patched(RUN_START_2))
+
+    @staticmethod
+    def of_release_2(taken: bool) -> RunPatches:
+        return RunPatches(approvals_logged=taken, arguments_guarded=taken)
 
     @staticmethod
     def none() -> RunPatches:
         """Before a run has asked."""
-        return RunPatches(approvals_logged=False)
+        return RunPatches(approvals_logged=False, arguments_guarded=False)

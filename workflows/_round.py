@@ -113,10 +113,15 @@ class RoundDecider:
         data: TaskInput,
         state: TaskState,
         approve: Approver | None = None,
+        *,
+        guarded: bool = True,
     ) -> None:
         self._data = data
         self._state = state
         self._approve = approve
+        self._guarded = guarded
+        """Whether control and advisor arguments are read under the guards (a run since 0.2.0:
+        ``RunPatches.arguments_guarded``)."""
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
     async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
@@ -325,7 +330,7 @@ class RoundDecider:
     # -- one method per outcome of a step ---------------------------------------------------
 
     async def _advise(self, slot: Slot, step: RoundStepInput, call: ToolCall) -> None:
-        result = await consult_advisor(self._data, self._state, step, call)
+        result = await consult_advisor(self._data, self._state, step, call, guarded=self._guarded)
         append_exchange(slot, call, ADVISOR_TOOL, result)
 
     async def _read(self, slot: Slot, call: ToolCall) -> None:
@@ -354,7 +359,7 @@ class RoundDecider:
 
     async def _ask(self, slot: Slot, call: ToolCall) -> Rejection | Waiting | None:
         """Put a question to the user (the slot then waits), or carry on with it answered."""
-        asked = await ask(self._data, self._state, slot, call)
+        asked = await ask(self._data, self._state, slot, call, guarded=self._guarded)
         return Waiting(slot) if isinstance(asked, QuestionSet) else asked
 
     @staticmethod
@@ -396,12 +401,13 @@ class RoundDecider:
             return chosen[0]
         try:
             if name == FINAL_REPLY:
-                return parse_final_reply(chosen)
+                return parse_final_reply(chosen, guarded=self._guarded)
             return parse_delegate(
                 chosen,
                 catalog_size=catalog_size,
                 types=self._state.types,
                 max_subtasks=self._data.settings.max_subtasks,
+                guarded=self._guarded,
             )
         except ModelMistake as error:
             # A repeated final_reply is judged by its last call, everything else by its first.

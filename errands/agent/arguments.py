@@ -43,25 +43,36 @@ _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def parse_arguments(
-    text: str | None, *, tool: str, send: str = "one JSON object of arguments"
+    text: str | None,
+    *,
+    tool: str,
+    send: str = "one JSON object of arguments",
+    guarded: bool = True,
 ) -> dict[str, Any]:
     """A call's arguments as the JSON object they must be, or a ``ModelMistake`` for ``tool``
     that says what is wrong and to call again with ``send``. Blank arguments are the empty
-    object."""
-    arguments = read_arguments(text)
+    object. ``guarded=False`` leaves the size and depth to the router (see ``read_arguments``)."""
+    arguments = read_arguments(text, guarded=guarded)
     if isinstance(arguments, str):
         raise ModelMistake(f"{tool}: {arguments}. Call {tool} again with {send}.")
     return arguments
 
 
-def read_arguments(text: str | None) -> dict[str, Any] | str:
+def read_arguments(text: str | None, *, guarded: bool = True) -> dict[str, Any] | str:
     """A call's arguments as a JSON object, or what is wrong with them, in words for the model
-    (``parse_arguments`` raises them as its mistake)."""
-    problem = refusal(text or "")
+    (``parse_arguments`` raises them as its mistake).
+
+    ``guarded=False`` is for workflow code replaying a run from before the guards (0.1.0): such
+    a run read whatever arguments it was given, so its replay must too. A run since reads only
+    what the router let through (anything past a guard reached it as the marker, which is still
+    read), so the guards cannot tell the two apart there."""
+    problem = refusal(text or "") if guarded else _marked_only(text or "")
     if problem is not None:
         return problem
     try:
         value = json.loads(text or "{}")
+    except RecursionError:
+        return "the arguments are nested too deeply to read"
     except json.JSONDecodeError as error:
         return f"the arguments are not valid JSON ({json_error(error)})"
     except ValueError as error:  # e.g. an integer of more digits than Python converts
@@ -71,18 +82,18 @@ def read_arguments(text: str | None) -> dict[str, Any] | str:
     return value
 
 
-def nested(value: Any) -> Any:
+def nested(value: Any, *, guarded: bool = True) -> Any:
     """``value``, or the JSON it holds when it is a string that holds a list or an object:
     models sometimes send a nested argument (``questions``, ``subtasks``) as a JSON string.
-    The string is read under the same guards; one that cannot be read stays the string, for
-    the caller's own check to name."""
+    The string is read under the same guards (``guarded`` as for ``read_arguments``); one that
+    cannot be read stays the string, for the caller's own check to name."""
     if not isinstance(value, str) or not value.lstrip().startswith(("[", "{")):
         return value
-    if refusal(value) is not None:
+    if guarded and refusal(value) is not None:
         return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value
 
 
@@ -143,6 +154,11 @@ def json_error(error: json.JSONDecodeError) -> str:
     """What is wrong with the JSON and where, in plain words ("Unterminated string starting at
     position 9": the decoder's message already ends with "at")."""
     return f"{error.msg.removesuffix(' at')} at position {error.pos}"
+
+
+def _marked_only(text: str) -> str | None:
+    """The refusal a marker stands for, without the size and depth guards."""
+    return _marked(text) if REFUSED in text else None
 
 
 def _marked(text: str) -> str | None:

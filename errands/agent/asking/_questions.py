@@ -136,10 +136,13 @@ def ask_user_spec() -> ToolSpec:
     )
 
 
-def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
-    """Validate an ``ask_user`` call; every rejection is written for the model to repair."""
-    args = _arguments(call)
-    raw_questions = _maybe_json(args.get("questions"))
+def parse_ask_user(call: ToolCall, *, set_id: str, guarded: bool = True) -> QuestionSet:
+    """Validate an ``ask_user`` call; every rejection is written for the model to repair.
+    ``guarded``: as for ``errands.agent.arguments.read_arguments``."""
+    args = parse_arguments(
+        call.arguments, tool=ASK_USER, send="a JSON object with `questions`", guarded=guarded
+    )
+    raw_questions = nested(args.get("questions"), guarded=guarded)
     if not isinstance(raw_questions, list):
         raise ModelMistake(
             f"ask_user: `questions` must be a list of 1 to {MAX_QUESTIONS} question objects."
@@ -149,7 +152,7 @@ def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
             f"ask_user: {len(raw_questions)} questions given; ask 1 to {MAX_QUESTIONS} in one "
             "call (only the ones whose answers you need now)."
         )
-    questions = [_parse_question(n, raw) for n, raw in enumerate(raw_questions, 1)]
+    questions = [_parse_question(n, raw, guarded) for n, raw in enumerate(raw_questions, 1)]
     return QuestionSet(
         id=set_id,
         questions=questions,
@@ -158,7 +161,7 @@ def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
     )
 
 
-def _parse_question(n: int, raw: Any) -> Question:
+def _parse_question(n: int, raw: Any, guarded: bool) -> Question:
     def fail(message: str) -> ModelMistake:
         return ModelMistake(f"question {n}: {message}")
 
@@ -180,7 +183,7 @@ def _parse_question(n: int, raw: Any) -> Question:
     header = (header or "").strip()
     multi_select = _flag(raw, ("multi_select", "multiSelect"), False, fail)
     required = _flag(raw, ("required",), True, fail)
-    raw_options = _maybe_json(raw.get("options"))
+    raw_options = nested(raw.get("options"), guarded=guarded)
     if kind == "text":
         if raw_options:
             raise fail(
@@ -271,12 +274,3 @@ def _optional_text(args: dict[str, Any], key: str) -> str | None:
     if not isinstance(value, str):
         raise ModelMistake(f"ask_user: `{key}` must be text.")
     return value.strip() or None
-
-
-def _arguments(call: ToolCall) -> dict[str, Any]:
-    return parse_arguments(call.arguments, tool=ASK_USER, send="a JSON object with `questions`")
-
-
-def _maybe_json(value: Any) -> Any:
-    """Models sometimes send a nested list as a JSON string; read it as the list it means."""
-    return nested(value)
