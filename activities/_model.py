@@ -39,6 +39,7 @@ from errands.contracts.activities import (
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.events import NewEvent
 from errands.contracts.messages import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
+from errands.contracts.rows import StepMeta, SummaryMeta, ToolResultMeta
 
 
 def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[StoredMessage], None]:
@@ -46,7 +47,7 @@ def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[Stor
 
     def log(summary: StoredMessage) -> None:
         key = f"{summary.id}:compaction"
-        covers = summary.meta.get("covers")
+        covers = SummaryMeta.of(summary).covers or None
         record(store, task_id, key, "compaction", summary.id, where=where, covers=covers)
 
     return log
@@ -144,7 +145,8 @@ class ModelActivities:
         pinned = await self._pinned(data.task_id, data.subtask_type)
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
-            calls = stored.meta.get("tool_calls", [])
+            done = StepMeta.of(stored)
+            calls = done.tool_calls
             if not calls and data.record is not None:
                 await asyncio.to_thread(
                     write_branch_row, self._store, data.record, last_step=stored.text
@@ -152,12 +154,10 @@ class ModelActivities:
             return BranchStepOutput(
                 tool_calls=len(calls),
                 text_chars=len(stored.text),
-                usage=stored.meta.get("usage", {}),
-                model=stored.meta.get("model", data.model),
+                usage=done.usage,
+                model=done.model or data.model,
                 replayed=True,
-                approvals=await self._approvals(
-                    data, pinned, [ToolCall(**c) for c in calls], stored.text
-                ),
+                approvals=await self._approvals(data, pinned, calls, stored.text),
             )
         fitting = self._fitter.fitting(
             data.model,
@@ -175,12 +175,10 @@ class ModelActivities:
             role="assistant",
             kind="step",
             text=response.text,
-            meta={
-                # Only tools this type offers may run; anything else is answered as an error.
-                "tool_calls": [c.model_dump() for c in response.tool_calls],
-                "usage": response.usage.model_dump(),
-                "model": data.model,
-            },
+            # Only tools this type offers may run; anything else is answered as an error.
+            meta=StepMeta(
+                tool_calls=response.tool_calls, usage=response.usage, model=data.model
+            ).stored(),
         )
         record = data.record if not response.tool_calls else None
         # The call's last events go with its step: one transaction.
@@ -236,7 +234,7 @@ class ModelActivities:
             if (
                 (previews == reading.ALL or (previews == reading.OLDER and older))
                 and row.kind == "tool_result"
-                and row.meta.get("tool_name") != reading.READ_MESSAGE  # what was asked for
+                and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
                 and len(row.text) > reading.PREVIEW_OVER
             ):
                 row = row.model_copy(update={"text": reading.preview(row.text, row.seq)})
@@ -257,7 +255,7 @@ class ModelActivities:
         if pinned is not None:
             tools += [t.spec() for t in pinned.offered(data.subtask_type)]
             system += prompts.tools_unavailable(pinned.unavailable(data.subtask_type))
-        if shortened or any(r.meta.get("tool_name") == reading.READ_MESSAGE for r in rows):
+        if shortened or any(ToolResultMeta.of(r).tool_name == reading.READ_MESSAGE for r in rows):
             tools.append(reading.read_message_spec())
         request = ModelRequest(
             system=system,

@@ -38,7 +38,14 @@ from errands.contracts.activities import (
 )
 from errands.contracts.events import NewEvent
 from errands.contracts.messages import NewMessage
-from errands.contracts.subtasks import SubtaskDraft
+from errands.contracts.rows import (
+    AckMeta,
+    ApprovedToolMeta,
+    BranchMeta,
+    ReplyMeta,
+    ToolResultMeta,
+    UserMeta,
+)
 
 
 def replied(task_id: str, by: str, text: str) -> NewEvent:
@@ -101,23 +108,25 @@ class SessionActivities:
             record(store, data.task_id, key, "round_started", key, round=data.round)
         if reply is not None:
             state.reply = reply.text
-            if reply.meta.get("deterministic_join"):
-                state.join_reason = reply.meta.get("reason") or "no model could answer"
+            joined = ReplyMeta.of(reply)
+            if joined.deterministic_join:
+                state.join_reason = joined.reason or "no model could answer"
             return state
         ack = store.get(ids.ack_message_id(data.task_id, data.round))
         if ack is not None:
             state.ack = ack.text
-            state.ack_subtasks = [SubtaskDraft(**s) for s in ack.meta.get("subtasks", [])]
-            state.ack_upto_seq = ack.meta.get("upto_seq")
+            acked = AckMeta.of(ack)
+            state.ack_subtasks, state.ack_upto_seq = acked.subtasks, acked.upto_seq
             prefix = ids.branch_rows_prefix(data.task_id, data.round)
             state.branches = [
                 BranchOutcome(
-                    ordinal=row.meta["ordinal"],
-                    type=row.meta.get("type", ""),
-                    status=row.meta.get("status", ""),
-                    error=row.text if row.meta.get("status") != "completed" else None,
+                    ordinal=branch.ordinal,
+                    type=branch.type,
+                    status=branch.status,
+                    error=row.text if branch.status != "completed" else None,
                 )
                 for row in store.list_by_prefix(data.session_id, prefix)
+                for branch in [BranchMeta.of(row)]
             ]
         return state
 
@@ -137,10 +146,7 @@ class SessionActivities:
                 text=data.reply,
                 task_id=data.task_id,
                 round=data.round,
-                meta={
-                    "upto_seq": data.upto_seq,
-                    "subtasks": [s.model_dump() for s in data.subtasks],
-                },
+                meta=AckMeta(upto_seq=data.upto_seq, subtasks=data.subtasks).stored(),
             ),
             [
                 event(
@@ -188,7 +194,7 @@ class SessionActivities:
                 kind="user",
                 text=data.text,
                 task_id=data.task_id,
-                meta={"message": data.mode},
+                meta=UserMeta(message=data.mode).stored(),
             ),
             [
                 event(
@@ -232,7 +238,7 @@ class SessionActivities:
     def _read_message(self, data: ReadMessageInput) -> bool:
         stored = self._store.get(data.result_id)
         if stored is not None:
-            return bool(stored.meta.get("is_error"))
+            return ToolResultMeta.of(stored).is_error
         text, is_error = read_stored(self._store, data.session_id, data.arguments)
         self._store.append_once(
             NewMessage(
@@ -242,7 +248,7 @@ class SessionActivities:
                 kind="tool_result",
                 text=text,
                 task_id=data.task_id,
-                meta={"tool_name": READ_MESSAGE, "is_error": is_error},
+                meta=ToolResultMeta(tool_name=READ_MESSAGE, is_error=is_error).stored(),
             )
         )
         return is_error
@@ -275,7 +281,7 @@ class SessionActivities:
                 role="user",
                 kind="note",
                 text=f"approved every call of {data.tool} in this session",
-                meta={"tool": data.tool},
+                meta=ApprovedToolMeta(tool=data.tool).stored(),
             ),
         )
 
@@ -288,9 +294,9 @@ class SessionActivities:
         rows = self._store.list_by_prefix(data.session_id, ids.branch_rows_prefix(data.task_id))
         branches = sorted(
             (r for r in rows if r.kind == "branch"),
-            key=lambda r: (r.round or 0, r.meta.get("ordinal", 0)),
+            key=lambda r: (r.round or 0, BranchMeta.of(r).ordinal),
         )
-        done = [r for r in branches if r.meta.get("status") == "completed" and r.text.strip()]
+        done = [r for r in branches if BranchMeta.of(r).status == "completed" and r.text.strip()]
         if not done:
             return None
         text = "\n\n".join(r.text.strip() for r in done)
@@ -308,7 +314,7 @@ class SessionActivities:
                 kind="reply",
                 text=text,
                 task_id=data.task_id,
-                meta={"deterministic_join": True, "reason": data.reason},
+                meta=ReplyMeta(deterministic_join=True, reason=data.reason).stored(),
             ),
             [replied(data.task_id, "join", text)],
         )

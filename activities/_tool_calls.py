@@ -29,6 +29,7 @@ from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
 from errands.contracts.activities import RunRoundToolInput, RunToolInput, RunToolOutput
 from errands.contracts.messages import NewMessage, ToolCall
+from errands.contracts.rows import StepMeta, ToolResultMeta
 
 
 async def pinned_for(mcp: McpTools, task_id: str, key: str) -> PinnedTools | None:
@@ -126,7 +127,9 @@ class ToolResult:
             kind="tool_result",
             text=text,
             task_id=self.task_id,
-            meta={"tool_call_id": call.id, "tool_name": call.name, "is_error": is_error},
+            meta=ToolResultMeta(
+                tool_call_id=call.id, tool_name=call.name, is_error=is_error
+            ).stored(),
         )
 
 
@@ -155,7 +158,9 @@ class ToolActivities:
         result_id = ids.thread_tool_result_id(data.thread_id, data.step, data.call_index)
         existing = await asyncio.to_thread(self._store.get, result_id)
         if existing is not None:
-            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+            return RunToolOutput(
+                ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text)
+            )
         step = await asyncio.to_thread(
             self._store.get, ids.thread_step_id(data.thread_id, data.step)
         )
@@ -165,7 +170,7 @@ class ToolActivities:
                 type="internal",
                 non_retryable=True,
             )
-        call = ToolCall(**step.meta["tool_calls"][data.call_index])
+        call = StepMeta.of(step).tool_calls[data.call_index]
         return await self._settle(
             ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call),
             ToolResult(result_id, data.thread_id, call),
@@ -256,7 +261,9 @@ class ToolActivities:
     async def _run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
         existing = await asyncio.to_thread(self._store.get, data.result_id)
         if existing is not None:
-            return RunToolOutput(ok=not existing.meta.get("is_error"), chars=len(existing.text))
+            return RunToolOutput(
+                ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text)
+            )
         return await self._settle(
             ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call),
             ToolResult(data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id),

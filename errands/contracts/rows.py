@@ -19,7 +19,7 @@ declare are kept, and a key an older row lacks takes the model's default.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ class RowMeta(BaseModel):
 
 
 class UserMeta(RowMeta):
-    message: Literal["steer", "interrupt", "queue"] | None = None
+    message: str | None = None
     """How a message sent to a running task is delivered; absent on a task's own request."""
 
 
