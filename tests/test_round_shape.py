@@ -13,8 +13,8 @@ from temporalio.client import Client, WorkflowHandle
 from errands.adapters.scripted import ScriptedModelServer
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from tests.helpers import ask, events_of, final, history_events, start_task, until_waiting
-from tests.test_ask_user import DATABASE, last_tool_result
+from tests.helpers import DATABASE, ask, events_of, final, history_events, start_task, until_waiting
+from tests.test_ask_user import last_tool_result
 
 OLDER_RUNS_RESUME = {
     "round": 2,
@@ -55,7 +55,7 @@ def test_a_slot_reads_the_resume_record_an_older_run_carried() -> None:
     )
     assert carried.carry is not None and carried.carry.resume is not None
     slot = carried.carry.resume
-    assert (slot.round, slot.upto, slot.repair, slot.steps_left) == (2, 17, 1, 5)
+    assert (slot.round, slot.upto_seq, slot.repair, slot.steps_left) == (2, 17, 1, 5)
     assert slot.name == "fallback" and slot.extra[0].text == "earlier exchange"
     assert slot.call is not None and slot.call.name == "ask_user"
     assert slot.questions is not None and slot.questions.id == "t-q3"

@@ -37,7 +37,7 @@ async def run_branches(
     data: TaskInput,
     state: TaskState,
     round_: int,
-    upto: int,
+    upto_seq: int,
     todo: list[tuple[int, SubtaskDraft]],
     done: dict[int, BranchOutcome],
     ended: Callable[[str], None] = lambda thread: None,
@@ -47,7 +47,7 @@ async def run_branches(
     workflow id) as it ends, however it ends."""
     # Started together: one workflow task emits every child's start command.
     started = await asyncio.gather(
-        *(_branch(data, state, round_, upto, k, d, ended) for k, d in todo)
+        *(_branch(data, state, round_, upto_seq, k, d, ended) for k, d in todo)
     )
     return sorted([*done.values(), *started], key=lambda b: b.ordinal)
 
@@ -56,19 +56,19 @@ async def _branch(
     data: TaskInput,
     state: TaskState,
     round_: int,
-    upto: int,
+    upto_seq: int,
     ordinal: int,
     draft: SubtaskDraft,
     ended: Callable[[str], None],
 ) -> BranchOutcome:
     try:
-        return await _run_branch(data, state, round_, upto, ordinal, draft)
+        return await _run_branch(data, state, round_, upto_seq, ordinal, draft)
     finally:
         ended(thread_id(round_, ordinal))
 
 
 async def _run_branch(
-    data: TaskInput, state: TaskState, round_: int, upto: int, ordinal: int, draft: SubtaskDraft
+    data: TaskInput, state: TaskState, round_: int, upto_seq: int, ordinal: int, draft: SubtaskDraft
 ) -> BranchOutcome:
     type_info = next(t for t in state.types if t.key == draft.type)
     try:
@@ -82,7 +82,7 @@ async def _run_branch(
                 subtask_type=draft.type,
                 prompt=draft.prompt,
                 references=draft.references,
-                catalog_upto_seq=upto,
+                catalog_upto_seq=upto_seq,
                 catalog_view=state.last_round.view if state.last_round else None,
                 params=draft.params,
                 model=type_info.model or data.model,

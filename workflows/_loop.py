@@ -87,12 +87,12 @@ class RoundLoop:
             if prepared.ack is not None:
                 # This round already delegated: reuse its acknowledgement, run what is missing.
                 decision = DelegateDecision(reply=prepared.ack, subtasks=prepared.ack_subtasks)
-                upto = prepared.ack_upto_seq or prepared.upto_seq
+                upto_seq = prepared.ack_upto_seq or prepared.upto_seq
                 done = {b.ordinal: b for b in prepared.branches}
             else:
-                upto = parked.slot.upto if parked else prepared.upto_seq
-                outcome = await self._decide(decider, round_, upto, parked)
-                upto = max(upto, state.seen_upto)  # the messages its steps showed
+                upto_seq = parked.slot.upto_seq if parked else prepared.upto_seq
+                outcome = await self._decide(decider, round_, upto_seq, parked)
+                upto_seq = max(upto_seq, state.seen_upto_seq)  # the messages its steps showed
                 if isinstance(outcome, Failure):
                     if await self._retried_later(round_, outcome):
                         continue
@@ -103,8 +103,8 @@ class RoundLoop:
                     await self._reply_with(outcome)
                     return
                 decision, done = outcome, {}
-                await self._acknowledge(round_, upto, decision)
-            await self._run_branches(round_, upto, decision, done)
+                await self._acknowledge(round_, upto_seq, decision)
+            await self._run_branches(round_, upto_seq, decision, done)
             state.round += 1
 
     async def _prepare(self, round_: int) -> RoundState:
@@ -120,13 +120,13 @@ class RoundLoop:
         )
 
     async def _decide(
-        self, decider: RoundDecider, round_: int, upto: int, parked: Waiting | None
+        self, decider: RoundDecider, round_: int, upto_seq: int, parked: Waiting | None
     ) -> RoundDecision | Failure:
         """The round's decision, waiting for the user as often as the model asks."""
         if parked is None:
             # Counted as it starts: a round that waits across runs is carried, not counted again.
             self._state.attempts += 1
-        outcome = parked or await decider.decide(round_, upto, self._final_reason())
+        outcome = parked or await decider.decide(round_, upto_seq, self._final_reason())
         while isinstance(outcome, Waiting):
             outcome = await decider.resume(outcome, await self._wait_for_answer(outcome))
         self._rounds_this_run += 1
@@ -163,7 +163,7 @@ class RoundLoop:
             )
         return None
 
-    async def _acknowledge(self, round_: int, upto: int, decision: DelegateDecision) -> None:
+    async def _acknowledge(self, round_: int, upto_seq: int, decision: DelegateDecision) -> None:
         """The acknowledgement the user sees while the branches run, written before any starts."""
         data = self._data
         await store_call(
@@ -172,7 +172,7 @@ class RoundLoop:
                 task_id=data.task_id,
                 session_id=data.session_id,
                 round=round_,
-                upto_seq=upto,
+                upto_seq=upto_seq,
                 reply=decision.reply,
                 subtasks=decision.subtasks,
                 thread_ids=[thread_id(round_, k) for k in range(1, len(decision.subtasks) + 1)],
@@ -183,13 +183,13 @@ class RoundLoop:
     # -- branches ---------------------------------------------------------------------------
 
     async def _run_branches(
-        self, round_: int, upto: int, decision: DelegateDecision, done: dict[int, BranchOutcome]
+        self, round_: int, upto_seq: int, decision: DelegateDecision, done: dict[int, BranchOutcome]
     ) -> None:
         """Run the round's missing branches; rounds whose branches all fail the same way in a
         row make a streak, and a long streak makes the next round final."""
         state, todo = self._state, to_start(decision, done)
         self._status.phase = f"round {round_}: {len(todo)} subtasks running"
-        branches = run_branches(self._data, state, round_, upto, todo, done, self._branch_ended)
+        branches = run_branches(self._data, state, round_, upto_seq, todo, done, self._branch_ended)
         self.interrupted = False
         running = asyncio.ensure_future(branches)
         try:

@@ -124,8 +124,8 @@ class RoundDecider:
         ``RunPatches.arguments_guarded``)."""
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
 
-    async def decide(self, round_: int, upto: int, final_reason: str | None) -> RoundOutcome:
-        slot = Slot(round=round_, upto=upto, final_reason=final_reason)
+    async def decide(self, round_: int, upto_seq: int, final_reason: str | None) -> RoundOutcome:
+        slot = Slot(round=round_, upto_seq=upto_seq, final_reason=final_reason)
         return await self._ladder(slot, Trail(), None)
 
     async def resume(self, waiting: Waiting, answer: Answer | None) -> RoundOutcome:
@@ -186,7 +186,7 @@ class RoundDecider:
                 break
             slot = Slot(
                 round=slot.round,
-                upto=slot.upto,
+                upto_seq=slot.upto_seq,
                 final_reason=slot.final_reason,
                 slot_index=slot.slot_index + 1,
             )
@@ -265,15 +265,15 @@ class RoundDecider:
         """The request of the slot's next step, which shows the messages the user sent
         meanwhile (they are in the session); the step is counted here."""
         data, settings, state = self._data, self._data.settings, self._state
-        delivers = [m.message_id for m in state.steers if slot.upto < m.seq]
-        slot.upto = max([slot.upto, *(m.seq for m in state.steers)])
-        state.seen_upto = max(state.seen_upto, slot.upto)
+        delivers = [m.message_id for m in state.steers if slot.upto_seq < m.seq]
+        slot.upto_seq = max([slot.upto_seq, *(m.seq for m in state.steers)])
+        state.seen_upto_seq = max(state.seen_upto_seq, slot.upto_seq)
         state.steps += 1
         return RoundStepInput(
             task_id=data.task_id,
             session_id=data.session_id,
             round=slot.round,
-            upto_seq=slot.upto,
+            upto_seq=slot.upto_seq,
             slot=slot.name,
             model=model,
             step=state.steps,
@@ -320,7 +320,7 @@ class RoundDecider:
             else:
                 return await self._ask(slot, decision)
             return None
-        if isinstance(decision, ReplyDecision) and self._steered_since(slot.upto):
+        if isinstance(decision, ReplyDecision) and self._steered_since(slot.upto_seq):
             self._steer(slot)
             return None
         if decision is not None:
@@ -373,9 +373,9 @@ class RoundDecider:
         """The step called nothing: prose (or nothing) where a control call was due."""
         return Narration(text=response.text, finish_reason=response.finish_reason)
 
-    def _steered_since(self, upto: int) -> bool:
-        """Whether the user sent a message the step that rendered up to ``upto`` did not show."""
-        return any(m.seq > upto for m in self._state.steers)
+    def _steered_since(self, upto_seq: int) -> bool:
+        """Whether the user sent a message the step rendering up to ``upto_seq`` did not show."""
+        return any(m.seq > upto_seq for m in self._state.steers)
 
     def _read_step(
         self, calls: list[ToolCall], offered: set[str], work: set[str], catalog_size: int

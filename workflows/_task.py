@@ -311,7 +311,7 @@ class TaskWorkflow:
 
     def _undelivered(self) -> list[str]:
         """Messages that arrived as the task ended: no step of the agent showed them."""
-        return [m.message_id for m in self.state.steers if m.seq > self.state.seen_upto]
+        return [m.message_id for m in self.state.steers if m.seq > self.state.seen_upto_seq]
 
     async def _log_end(self, type_: EventType, **data: Any) -> None:
         """The event log's last event when the task fails or is canceled (a reply's is written

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from errands.contracts.activities import RoundStepInput, RoundView
 from errands.contracts.approvals import ApprovalRequest
@@ -114,9 +114,17 @@ class Slot(BaseModel):
     waits on the user it travels through continue-as-new as ``TaskState.resume``, so the next
     run carries on where this one stopped. (The field names are those older runs carried.)"""
 
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+    """Fields keep the names older runs wrote (an older worker reads what a newer one carries
+    across continue-as-new); code reads them by their Python names."""
+
     round: int
-    upto: int
-    """The session position the round renders up to."""
+    upto_seq: int = Field(
+        validation_alias=AliasChoices("upto", "upto_seq"), serialization_alias="upto"
+    )
+    """The session position (a ``seq``) the round renders up to (``upto`` on the wire)."""
     final_reason: str | None = None
     """Why the round is final, when it is: decided once, as the round began."""
     slot_index: int = 0
@@ -169,6 +177,12 @@ class TaskState(BaseModel):
     """Everything a task carries from one run to the next: ids, counters, ledger, decisions in
     flight. Small by construction: it never holds the conversation."""
 
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+    """Fields keep the names older runs wrote (an older worker reads what a newer one carries
+    across continue-as-new); code reads them by their Python names."""
+
     types: list[SubtaskTypeInfo] = Field(default_factory=list)
     started_at: datetime | None = None
     round: int = 0
@@ -194,8 +208,13 @@ class TaskState(BaseModel):
     """Messages the user sent into the task (``send_message``), which number their ids."""
     steers: list[SteerMark] = Field(default_factory=list)
     """The steering messages in the session, with where they are in it."""
-    seen_upto: int = 0
-    """The furthest session position a step of the main agent has shown the model."""
+    seen_upto_seq: int = Field(
+        default=0,
+        validation_alias=AliasChoices("seen_upto", "seen_upto_seq"),
+        serialization_alias="seen_upto",
+    )
+    """The furthest session position a step of the main agent has shown the model (``seen_upto``
+    on the wire)."""
     queued: list[str] = Field(default_factory=list)
     """Messages queued to become the session's next tasks, oldest first."""
 
