@@ -4,17 +4,21 @@ clients, a SQLite session store and an in-process worker. Each test gets a clean
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
+import signal
+import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from errands.adapters.devserver import DevServer, free_port
@@ -22,8 +26,10 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.client import connect
+from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.helpers import start_task
 
 pytest_plugins = ["tests.mcp_notes"]  # the MCP notes servers and workers that call them
 
@@ -128,6 +134,16 @@ async def worker(client: Client, settings: Settings, store: SessionStore) -> Asy
     await router.aclose()
 
 
+StartTask = Callable[..., Awaitable[WorkflowHandle[Any, TaskResult]]]
+
+
+@pytest.fixture
+def start(client: Client, settings: Settings, worker: Worker) -> StartTask:
+    """``await start(text, model=..., ...)``: a task on the test worker's queue (the arguments
+    of ``tests.helpers.start_task`` after the client and the queue)."""
+    return functools.partial(start_task, client, settings.task_queue)
+
+
 @dataclass
 class CliResult:
     code: int
@@ -154,17 +170,115 @@ def cli_env(dev_server: DevServer, settings: Settings, database_url: str) -> dic
     return env
 
 
-async def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> CliResult:
-    """The real ``errands`` command, as a frontend would run it."""
-    proc = await asyncio.create_subprocess_exec(
+async def start_cli(
+    env: dict[str, str], *args: str, stdout: int = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
+    """The real ``errands`` command, started as a frontend would start it (stderr piped)."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "errands.cli",
         *args,
         env=env,
         cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=stdout,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def run_cli(env: dict[str, str], *args: str, timeout: float = 120) -> CliResult:
+    """The real ``errands`` command, as a frontend would run it, to its end."""
+    proc = await start_cli(env, *args)
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return CliResult(proc.returncode or 0, out.decode(), err.decode())
+
+
+@asynccontextmanager
+async def running_cli(
+    env: dict[str, str], *args: str, stdout: int = asyncio.subprocess.DEVNULL
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`errands ARGS` in the background; killed at the end if it is still running."""
+    proc = await start_cli(env, *args, stdout=stdout)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def read_stderr_until(
+    proc: asyncio.subprocess.Process, marker: str, timeout: float = 60
+) -> str:
+    """What the command printed on stderr up to and including the line with ``marker``."""
+    assert proc.stderr is not None
+    seen = ""
+    async with asyncio.timeout(timeout):
+        while marker not in seen:
+            line = await proc.stderr.readline()
+            assert line, f"the command ended before printing {marker!r}: {seen}"
+            seen += line.decode()
+    return seen
+
+
+# -- a worker in a process of its own, to be killed -9 -------------------------------------------
+
+
+def worker_env(
+    dev_server: DevServer, queue: str, database_url: str, model_server: ScriptedModelServer
+) -> dict[str, str]:
+    """The environment of a `python worker.py` process for the test stack, and nothing else."""
+    inherited = ("OPENAI_", "ANTHROPIC_", "ERRANDS_")
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(inherited)},
+        "TEMPORAL_ADDRESS": dev_server.address,
+        "ERRANDS_TASK_QUEUE": queue,
+        "ERRANDS_DATABASE_URL": database_url,
+        "OPENAI_API_KEY": OPENAI_KEY,
+        "OPENAI_BASE_URL": model_server.openai_base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "worker.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def kill_worker(worker: subprocess.Popen[bytes]) -> None:
+    """kill -9 of the worker process and everything it started (its own process group)."""
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+
+
+@contextmanager
+def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A `python worker.py` process for the duration, killed -9 at the end."""
+    worker = spawn_worker(env)
+    try:
+        yield worker
+    finally:
+        kill_worker(worker)
+
+
+@dataclass
+class ProcessWorkers:
+    """Where a test's `python worker.py` processes serve: a queue of the test's own, and the
+    environment that points them at the test stack."""
+
+    queue: str
+    env: dict[str, str]
+
+
+@pytest.fixture
+def process_workers(
+    dev_server: DevServer, database_url: str, model_server: ScriptedModelServer
+) -> ProcessWorkers:
+    queue = f"process-{uuid.uuid4().hex[:6]}"
+    return ProcessWorkers(queue, worker_env(dev_server, queue, database_url, model_server))

@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from errands.adapters.scripted import Call, Reply
 from errands.agent.prompts import SUMMARY_INSTRUCTIONS
+from errands.contracts.messages import Message, ToolSpec
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 _T = TypeVar("_T")
@@ -46,6 +47,16 @@ async def eventually(
 
 # -- scripted replies: what the model answers, in errands' control and work tools ----------------
 
+DATABASE = {
+    "question": "Which database should the new service use?",
+    "header": "Database",
+    "options": [
+        {"label": "PostgreSQL", "description": "Recommended: we already run it"},
+        {"label": "SQLite"},
+    ],
+}
+"""The question most asking tests put: pick one of two databases."""
+
 
 def final(text: str, **reply: Any) -> Reply:
     """The model ends the round with ``final_reply(text)`` (``reply``: other ``Reply`` fields)."""
@@ -71,6 +82,24 @@ def ask(*questions: dict[str, Any], **arguments: Any) -> Reply:
 def tool(name: str, /, **arguments: Any) -> Reply:
     """The model calls the work tool ``name`` with ``arguments``."""
     return Reply(calls=[Call(name, arguments)])
+
+
+def user(text: str) -> Message:
+    """A user message of ``text``, as a session holds it."""
+    return Message(role="user", text=text)
+
+
+def tool_spec(name: str, description: str, **arguments: str) -> ToolSpec:
+    """A tool whose ``arguments`` are all required, each of the JSON type named."""
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {arg: {"type": kind} for arg, kind in arguments.items()},
+            "required": list(arguments),
+        },
+    )
 
 
 def advisor_call(question: str) -> Reply:

@@ -1,7 +1,7 @@
 """Subtask types installed in the test worker (through ERRANDS_SUBTASK_TYPES)."""
 
 from errands.agent.subtask_types import SubtaskType, WorkTool
-from errands.contracts.messages import ToolSpec
+from tests.helpers import tool_spec
 
 
 def _lookup(arguments: dict) -> str:
@@ -19,15 +19,7 @@ RESEARCH = SubtaskType(
     },
     tools=[
         WorkTool(
-            spec=ToolSpec(
-                name="lookup",
-                description="Look a term up.",
-                parameters={
-                    "type": "object",
-                    "properties": {"term": {"type": "string"}},
-                    "required": ["term"],
-                },
-            ),
+            spec=tool_spec("lookup", "Look a term up.", term="string"),
             run=_lookup,
         )
     ],

@@ -23,12 +23,9 @@ from errands.agent.advisor import (
     parse_question,
 )
 from errands.contracts.messages import AdvisorResult, Message, ToolCall
+from tests.helpers import user
 
 pytestmark = pytest.mark.fast
-
-
-def user(text: str) -> Message:
-    return Message(role="user", text=text)
 
 
 def texts(messages: list[Message]) -> list[str]:

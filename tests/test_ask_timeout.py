@@ -14,8 +14,8 @@ from errands.adapters.store import SessionStore
 from errands.contracts.workflows import TaskInput, TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import ask, final
-from tests.test_ask_user import DATABASE, last_tool_result
+from tests.helpers import DATABASE, ask, final
+from tests.test_ask_user import last_tool_result
 
 
 async def test_an_unanswered_question_times_out_after_24_hours(

@@ -12,9 +12,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import TaskResult
-from errands.settings import Settings
-from tests.conftest import run_cli
-from tests.helpers import DATABASE, ask, eventually, final, keep_history, start_task, until_waiting
+from tests.conftest import StartTask, run_cli
+from tests.helpers import DATABASE, ask, eventually, final, keep_history, until_waiting
 
 MODEL = "openai:gpt-ask"
 
@@ -97,24 +96,24 @@ async def test_a_question_is_answered_through_the_cli_and_the_same_round_resumes
     ],
 )
 async def test_an_invalid_ask_comes_back_as_an_error_the_model_repairs(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer, bad: dict, error: str
+    scripted: ScriptedModelServer, bad: dict, error: str, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(bad), final("fixed without asking"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "fixed without asking"
     result = last_tool_result(scripted.requests_for("gpt-ask")[1])
     assert error in result.lower() and "nothing was started" in result
 
 
 async def test_questions_sent_as_a_json_string_are_accepted(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script(
         "gpt-ask",
         Reply(calls=[Call("ask_user", {"questions": json.dumps([DATABASE])})]),
         final("ok"),
     )
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     status = await until_waiting(handle)
     assert status.pending_question is not None
     await handle.execute_update(
@@ -125,15 +124,10 @@ async def test_questions_sent_as_a_json_string_are_accepted(
 
 
 async def test_a_dismissed_question_ends_the_round_with_a_short_reply(
-    client: Client,
-    worker,
-    settings: Settings,
-    cli_env,
-    scripted: ScriptedModelServer,
-    store: SessionStore,
+    cli_env, scripted: ScriptedModelServer, store: SessionStore, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("Understood, tell me when you decide."))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     await until_waiting(handle)
     assert (await run_cli(cli_env, "answer", handle.id, "--dismiss")).code == 0
     result = await handle.result()
@@ -145,10 +139,10 @@ async def test_a_dismissed_question_ends_the_round_with_a_short_reply(
 
 
 async def test_a_cancelled_question_tells_the_model_nothing_was_chosen(
-    client: Client, worker, settings: Settings, cli_env, scripted: ScriptedModelServer
+    cli_env, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("carrying on without it"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     await until_waiting(handle)
     assert (await run_cli(cli_env, "answer", handle.id, "--cancel")).code == 0
     assert (await handle.result()).reply == "carrying on without it"
@@ -156,20 +150,20 @@ async def test_a_cancelled_question_tells_the_model_nothing_was_chosen(
 
 
 async def test_a_headless_task_gets_an_explicit_assumption_instead_of_waiting(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("Assumed PostgreSQL."))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL, headless=True)
+    handle = await start("q", model=MODEL, headless=True)
     assert (await handle.result()).reply == "Assumed PostgreSQL."
     result = last_tool_result(scripted.requests_for("gpt-ask")[1])
     assert "your own assumption, not the user's answer" in result and "easiest to undo" in result
 
 
 async def test_an_invalid_signal_is_recorded_and_the_question_stays_pending(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("done"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     status = await until_waiting(handle)
     qs_id = status.pending_question["id"]  # type: ignore[index]
     await handle.signal("submit_answer", {"question_set_id": qs_id, "answers": {"q1": ["Oracle"]}})
@@ -190,10 +184,10 @@ async def test_an_invalid_signal_is_recorded_and_the_question_stays_pending(
 
 
 async def test_an_update_with_a_single_select_given_two_labels_is_rejected(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("done"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     status = await until_waiting(handle)
     qs_id = status.pending_question["id"]  # type: ignore[index]
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
@@ -216,11 +210,11 @@ async def test_an_update_with_a_single_select_given_two_labels_is_rejected(
 
 
 async def test_the_same_question_in_the_same_session_is_answered_from_memory(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     session = f"mem-{uuid.uuid4().hex[:6]}"
     scripted.script("gpt-ask", ask(DATABASE), final("first"))
-    first = await start_task(client, settings.task_queue, "q1", model=MODEL, session=session)
+    first = await start("q1", model=MODEL, session=session)
     status = await until_waiting(first)
     await first.execute_update(
         "answer_question",
@@ -230,18 +224,18 @@ async def test_the_same_question_in_the_same_session_is_answered_from_memory(
 
     similar = {**DATABASE, "question": "Which database should this new service use?"}
     scripted.script("gpt-ask", ask(similar), final("second"))
-    second = await start_task(client, settings.task_queue, "q2", model=MODEL, session=session)
+    second = await start("q2", model=MODEL, session=session)
     assert (await second.result()).reply == "second", "answered without waiting"
     remembered = last_tool_result(scripted.requests_for("gpt-ask")[-1])
     assert "PostgreSQL" in remembered and status.pending_question["decision_id"] in remembered  # type: ignore[index]
 
 
 async def test_citing_a_decision_with_new_evidence_asks_again_and_overwrites(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer, store: SessionStore
+    scripted: ScriptedModelServer, store: SessionStore, start: StartTask
 ) -> None:
     session = f"reopen-{uuid.uuid4().hex[:6]}"
     scripted.script("gpt-ask", ask(DATABASE), final("first"))
-    first = await start_task(client, settings.task_queue, "q1", model=MODEL, session=session)
+    first = await start("q1", model=MODEL, session=session)
     status = await until_waiting(first)
     decision = status.pending_question["decision_id"]  # type: ignore[index]
     await first.execute_update(
@@ -256,7 +250,7 @@ async def test_citing_a_decision_with_new_evidence_asks_again_and_overwrites(
         ask(DATABASE, decision_id=decision, new_evidence="The host has no PostgreSQL any more."),
         final("second"),
     )
-    second = await start_task(client, settings.task_queue, "q2", model=MODEL, session=session)
+    second = await start("q2", model=MODEL, session=session)
     status = await until_waiting(second)
     unknown = last_tool_result(scripted.requests_for("gpt-ask")[-1])
     assert "dec-0000000000000000" in unknown
@@ -271,16 +265,14 @@ async def test_citing_a_decision_with_new_evidence_asks_again_and_overwrites(
 
 
 async def test_the_search_attribute_finds_exactly_the_waiting_tasks(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-ask", ask(DATABASE), final("a"))
     scripted.script("gpt-other", final("b"))
     # Sessions of their own: other tests' tasks may be waiting on the same queue.
     sessions = [f"sa-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    waiting = await start_task(client, settings.task_queue, "q", model=MODEL, session=sessions[0])
-    done = await start_task(
-        client, settings.task_queue, "q", model="openai:gpt-other", session=sessions[1]
-    )
+    waiting = await start("q", model=MODEL, session=sessions[0])
+    done = await start("q", model="openai:gpt-other", session=sessions[1])
     await done.result()
     status = await until_waiting(waiting)
     query = (

@@ -28,6 +28,7 @@ from errands.contracts import ids
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
+from tests.conftest import StartTask
 from tests.helpers import Conversation, delegate, final, keep_history, start_task
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -245,20 +246,13 @@ def anthropic_results(request: RecordedRequest) -> list[str]:
     ids=["deep", "long", "malformed"],
 )
 async def test_on_anthropic_a_call_the_sdk_cannot_read_is_the_models_error_and_the_task_replies(
-    client: Client,
-    scripted: ScriptedModelServer,
-    worker: Worker,
-    settings: Settings,
-    arguments: str,
-    problem: str,
+    scripted: ScriptedModelServer, arguments: str, problem: str, start: StartTask
 ) -> None:
     # The SDK parses a tool call's input as it streams in, and gives up on what it cannot
     # read (with the whole input in its message): that is the model's mistake too.
     model = "claude-bad-arguments"
     scripted.script(model, bad_call("final_reply", arguments), final("Done anyway."))
-    handle = await start_task(
-        client, settings.task_queue, "Do the thing.", model=f"anthropic:{model}"
-    )
+    handle = await start("Do the thing.", model=f"anthropic:{model}")
     result = await asyncio.wait_for(handle.result(), REPLY_WITHIN)
 
     assert result.status == "replied", result.error

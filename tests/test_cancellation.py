@@ -6,8 +6,6 @@ timeout instead of its start-to-close timeout."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,13 +16,13 @@ from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from errands.adapters.devserver import DevServer
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Gate, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.conftest import ProcessWorkers, kill_worker, spawn_worker
 from tests.helpers import (
     ACTIVITY_STARTED,
     Conversation,
@@ -36,7 +34,6 @@ from tests.helpers import (
     history_events,
     start_task,
 )
-from tests.test_worker_crash import spawn_worker, worker_env
 
 MODEL = "openai:gpt-cancel"
 
@@ -101,17 +98,15 @@ async def test_cancelling_a_task_closes_its_branches_model_requests(
 
 async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeout(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
     settings: Settings,
     store: SessionStore,
-    model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"killed-{uuid.uuid4().hex[:6]}"
     first_call = Gate("the first worker's model call, never answered")
     scripted.script("gpt-cancel", final("never sent", hold=first_call), final("survived"))
-    first = spawn_worker(worker_env(dev_server, queue, database_url, model_server))
+    queue = process_workers.queue
+    first = spawn_worker(process_workers.env)
     handle = await start_task(
         client,
         queue,
@@ -123,8 +118,7 @@ async def test_a_killed_workers_model_call_is_retried_after_its_heartbeat_timeou
     try:
         await first_call.reached()
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        kill_worker(first)
     killed_at = time.monotonic()
     router = ModelRouter(settings)
     async with build_worker(

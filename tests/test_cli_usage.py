@@ -9,10 +9,7 @@ import re
 import shlex
 import signal
 import socket
-import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,8 +20,9 @@ from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.cli import _parser
 from errands.settings import render_configuration
-from tests.conftest import ROOT, run_cli
-from tests.test_ask_user import DATABASE, MODEL, ask, final, until_waiting
+from tests.conftest import ROOT, read_stderr_until, run_cli, running_cli
+from tests.helpers import DATABASE, ask, final, until_waiting
+from tests.test_ask_user import MODEL
 
 README = (ROOT / "README.md").read_text()
 GUIDE = (ROOT / "docs" / "guide.md").read_text()
@@ -42,38 +40,6 @@ def a_clean_refusal(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("errands: ")]
     assert len(lines) == 1, stderr
     return lines[0]
-
-
-@asynccontextmanager
-async def running(env: dict[str, str], *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`errands ARGS` in the background; killed at the end if it is still running."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "errands.cli",
-        *args,
-        env=env,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def read_until(proc: asyncio.subprocess.Process, marker: str, timeout: float = 60) -> str:
-    assert proc.stderr is not None
-    seen = ""
-    async with asyncio.timeout(timeout):
-        while marker not in seen:
-            line = await proc.stderr.readline()
-            assert line, f"the command ended before printing {marker!r}: {seen}"
-            seen += line.decode()
-    return seen
 
 
 # -- input the gateway refuses is refused here too, before anything is written ----------------
@@ -227,8 +193,8 @@ async def test_run_without_a_terminal_prints_the_question_once_and_keeps_waiting
     scripted.script("gpt-ask", ask(DATABASE), final("SQLite it is."))
     session = new_session()
     env = {**cli_env, "ERRANDS_MODEL": MODEL}
-    async with running(env, "run", "Set it up", "--session", session) as proc:
-        seen = await read_until(proc, "answer with:")
+    async with running_cli(env, "run", "Set it up", "--session", session) as proc:
+        seen = await read_stderr_until(proc, "answer with:")
         task = re.search(r"answer with: errands answer (\S+) q1=PostgreSQL", seen)
         assert task is not None, seen
         assert "Which database should the new service use?" in seen
@@ -292,8 +258,8 @@ async def test_dev_stopped_by_a_signal_stops_its_temporal_server(
 ) -> None:
     port, ui_port = free_port(), free_port()
     args = ["dev", "--port", str(port), "--ui-port", str(ui_port), "--data-dir", str(tmp_path)]
-    async with running(cli_env, *args) as proc:
-        await read_until(proc, "worker running")
+    async with running_cli(cli_env, *args) as proc:
+        await read_stderr_until(proc, "worker running")
         assert port_open("127.0.0.1", port)
         proc.send_signal(stop)
         assert await asyncio.wait_for(proc.wait(), 60) == 128 + stop
@@ -303,8 +269,8 @@ async def test_dev_stopped_by_a_signal_stops_its_temporal_server(
 
 async def test_serve_says_where_it_listens(cli_env) -> None:
     port = free_port()
-    async with running(cli_env, "serve", "--port", str(port)) as proc:
-        await read_until(proc, f"errands gateway on http://127.0.0.1:{port}")
+    async with running_cli(cli_env, "serve", "--port", str(port)) as proc:
+        await read_stderr_until(proc, f"errands gateway on http://127.0.0.1:{port}")
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
 

@@ -16,14 +16,8 @@ from errands.adapters.store import SessionStore
 from errands.client import Client, TaskHandle, new_task_id
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import Conversation, ask, delegate, eventually, final, general
+from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final, general
 from tests.test_rounds import answer_branch, branch_prompt
-
-DATABASE = {
-    "question": "Which database should the new service use?",
-    "header": "Database",
-    "options": [{"label": "PostgreSQL"}, {"label": "SQLite"}],
-}
 
 
 def session() -> str:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -20,7 +18,6 @@ from temporalio.client import Client
 
 import errands
 from activities._context import session_view
-from errands.adapters.devserver import DevServer
 from errands.adapters.providers._errors import classify_provider_error
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
@@ -30,11 +27,11 @@ from errands.agent.model_catalog import ModelInfo
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
 from errands.contracts.activities import RoundView
-from errands.contracts.messages import NewMessage, StoredMessage, ToolSpec
+from errands.contracts.messages import NewMessage, StoredMessage
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.conftest import run_cli
+from tests.conftest import ProcessWorkers, kill_worker, run_cli, spawn_worker, worker_process
 from tests.helpers import (
     delegate,
     final,
@@ -42,8 +39,8 @@ from tests.helpers import (
     is_summary_call,
     keep_history,
     start_task,
+    tool_spec,
 )
-from tests.test_worker_crash import spawn_worker, worker_env
 
 MODEL = "openai:ctx-16k"
 WINDOW = 16_000
@@ -577,15 +574,7 @@ TYPES = [
         instructions="Fetch the pages you are asked for, one call at a time, then answer.",
         tools=[
             WorkTool(
-                spec=ToolSpec(
-                    name="fetch",
-                    description="Fetch page n.",
-                    parameters={
-                        "type": "object",
-                        "properties": {"n": {"type": "integer"}},
-                        "required": ["n"],
-                    },
-                ),
+                spec=tool_spec("fetch", "Fetch page n.", n="integer"),
                 run=_fetch,
             )
         ],
@@ -658,13 +647,11 @@ async def test_a_branch_of_forty_steps_of_4_kb_results_compacts_its_thread_and_c
 
 async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_it_returned(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
     store: SessionStore,
     model_server: ScriptedModelServer,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"context-crash-{uuid.uuid4().hex[:6]}"
-    env = worker_env(dev_server, queue, database_url, model_server)
+    queue, env = process_workers.queue, process_workers.env
     env["ERRANDS_MODELS"] = json.dumps({"openai:ctx-kill": {"context_window": WINDOW}})
     model_server.limit_context("ctx-kill", WINDOW)
     session = f"crash-{uuid.uuid4().hex[:8]}"
@@ -694,14 +681,9 @@ async def test_kill_9_of_the_worker_during_the_summary_call_leaves_one_summary_i
             settings=RoundSettings(model_timeout_seconds=20, heartbeat_timeout_seconds=2),
         )
         await dies_first.reached()
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-        second = spawn_worker(env)
-        try:
+        kill_worker(first)
+        with worker_process(env):
             result = await asyncio.wait_for(handle.result(), 120)
-        finally:
-            os.killpg(second.pid, signal.SIGKILL)
-            second.wait()
     finally:
         model_server.responder = None
     assert result.reply == "survived"

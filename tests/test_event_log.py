@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections import Counter
 from typing import Any
 
@@ -18,7 +17,7 @@ from errands.client import Client as ErrandsClient
 from errands.contracts.events import StoredEvent
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
-from tests.conftest import ROOT, run_cli
+from tests.conftest import StartTask, read_stderr_until, run_cli, running_cli
 from tests.helpers import Conversation, keep_history, start_task
 from tests.mcp_notes import Servers
 
@@ -38,14 +37,10 @@ def branch(request: RecordedRequest) -> Reply:
 
 
 async def test_a_delegating_tasks_log_holds_each_event_once_in_order(
-    client: Client,
-    settings: Settings,
-    scripted: ScriptedModelServer,
-    worker: Any,
-    cli_env: dict[str, str],
+    scripted: ScriptedModelServer, cli_env: dict[str, str], start: StartTask
 ) -> None:
     Conversation(three_branches(), branch, branches=3).install(scripted, "gpt-events")
-    handle = await start_task(client, settings.task_queue, "Do it in three parts.", model=MODEL)
+    handle = await start("Do it in three parts.", model=MODEL)
     watching = asyncio.create_task(run_cli(cli_env, "watch", handle.id, "--json"))
     result = await asyncio.wait_for(handle.result(), 60)
     watched = await asyncio.wait_for(watching, 60)
@@ -134,25 +129,9 @@ async def test_errands_run_shows_a_tool_call_waiting_for_approval_from_the_log_o
         "ERRANDS_MODEL": "openai:gpt-tools",
         "ERRANDS_TASK_QUEUE": asking_worker.task_queue,
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "errands.cli",
-        "run",
-        "Note this down",
-        env=env,
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
+    async with running_cli(env, "run", "Note this down", stdout=asyncio.subprocess.PIPE) as proc:
         assert proc.stderr is not None and proc.stdout is not None
-        seen = ""
-        async with asyncio.timeout(60):
-            while "approve with:" not in seen:
-                line = await proc.stderr.readline()
-                assert line, f"errands run ended before showing the approval: {seen}"
-                seen += line.decode()
+        seen = await read_stderr_until(proc, "approve with:")
         task_id = seen.split("errands: task ", 1)[1].split()[0]
         assert "mcp__web__write (main) waits for your approval:" in seen
         assert "why: I will note this down." in seen
@@ -163,10 +142,6 @@ async def test_errands_run_shows_a_tool_call_waiting_for_approval_from_the_log_o
         rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
         out = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
         assert await proc.wait() == 0, seen + rest
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     assert out.strip().endswith("Noted.")
     assert "waits for your approval" not in rest, "the approval is shown once"
     assert "main: mcp__web__write" in seen + rest
@@ -219,11 +194,11 @@ async def test_a_canceled_task_ends_its_log_with_canceled(
     settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
+    start: StartTask,
 ) -> None:
     never = Gate("the model call, canceled")
     scripted.script("gpt-events", Reply(calls=[Call("final_reply", {"text": "late"})], hold=never))
-    handle = await start_task(client, settings.task_queue, "Take your time.", model=MODEL)
+    handle = await start("Take your time.", model=MODEL)
     task = ErrandsClient(client, settings, store=store).task(handle.id)
     async for event in task.events():
         if event.type == "model_call_started":
@@ -245,14 +220,14 @@ async def test_a_side_question_is_logged_asked_and_answered(
     settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
+    start: StartTask,
 ) -> None:
     scripted.script(
         "gpt-events",
         Reply(calls=[Call("final_reply", {"text": "done"})]),
         Reply(text="I replied that it is done."),
     )
-    handle = await start_task(client, settings.task_queue, "Finish quickly.", model=MODEL)
+    handle = await start("Finish quickly.", model=MODEL)
     await asyncio.wait_for(handle.result(), 60)
     answer = await ErrandsClient(client, settings, store=store).task(handle.id).btw("What now?")
 

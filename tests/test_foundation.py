@@ -27,7 +27,7 @@ from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.plugin import WORKFLOWS, build_activities
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, run_cli
+from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, StartTask, run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
     ACTIVITY_STARTED,
@@ -94,12 +94,10 @@ async def test_status_and_history_show_the_task(
 
 
 async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-test", Fail(429, "slow down", headers={"retry-after": "2"}), final("ok"))
-    handle = await start_task(
-        client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST
-    )
+    handle = await start("hi", model="openai:gpt-test", settings=FAST)
     result = await handle.result()
     assert result.status == "replied"
     first, second = scripted.requests_for("gpt-test")
@@ -125,26 +123,18 @@ async def test_a_429_is_retried_on_the_same_model_after_its_retry_after(
     await keep_history(client, handle.id, "retry_after_429")
 
 
-async def test_a_500_is_retried(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
-) -> None:
+async def test_a_500_is_retried(scripted: ScriptedModelServer, start: StartTask) -> None:
     scripted.script("gpt-test", Fail(500, "boom"), final("recovered"))
-    handle = await start_task(
-        client, settings.task_queue, "hi", model="openai:gpt-test", settings=FAST
-    )
+    handle = await start("hi", model="openai:gpt-test", settings=FAST)
     assert (await handle.result()).reply == "recovered"
     assert len(scripted.requests_for("gpt-test")) == 2
 
 
-async def test_a_timeout_is_retried(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
-) -> None:
+async def test_a_timeout_is_retried(scripted: ScriptedModelServer, start: StartTask) -> None:
     # The delay is the behaviour under test: a reply later than the model timeout.
     scripted.script("gpt-test", final("late", delay=6), final("on time"))
     quick = RoundSettings(model_timeout_seconds=3, model_max_attempts=3)
-    handle = await start_task(
-        client, settings.task_queue, "hi", model="openai:gpt-test", settings=quick
-    )
+    handle = await start("hi", model="openai:gpt-test", settings=quick)
     assert (await handle.result()).reply == "on time"
 
 
@@ -200,13 +190,11 @@ async def test_a_worker_without_a_key_fails_the_task_at_once_naming_the_variable
 
 
 async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-test", Reply(text="I will now answer the question."))
     scripted.script("gpt-fallback", final("fallback answer"))
-    handle = await start_task(
-        client,
-        settings.task_queue,
+    handle = await start(
         "hi",
         model="openai:gpt-test",
         fallback_model="openai:gpt-fallback",
@@ -218,11 +206,11 @@ async def test_narration_is_a_failed_attempt_and_the_fallback_answers(
 
 
 async def test_narration_on_every_slot_fails_the_task_as_exhausted(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     # Narration is repaired on the same slot (3 repairs), so it takes four narrations to fail.
     scripted.script("gpt-test", *[Reply(text="Sure, I can help with that.")] * 4)
-    handle = await start_task(client, settings.task_queue, "hi", model="openai:gpt-test")
+    handle = await start("hi", model="openai:gpt-test")
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted"
@@ -270,12 +258,12 @@ async def test_writes_retried_after_they_landed_leave_each_message_once(
 
 
 async def test_no_secret_reaches_the_history(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-test", final("fine"))
     scripted.script("claude-test", final("fine"))
     for model in ("openai:gpt-test", "anthropic:claude-test"):
-        handle = await start_task(client, settings.task_queue, "hi", model=model)
+        handle = await start("hi", model=model)
         await handle.result()
         exported = (await handle.fetch_history()).to_json()
         assert OPENAI_KEY not in exported and ANTHROPIC_KEY not in exported
@@ -283,7 +271,7 @@ async def test_no_secret_reaches_the_history(
 
 
 async def test_history_size_does_not_grow_with_the_session(
-    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+    store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     sizes = {}
     summary_calls: list[Any] = []
@@ -309,9 +297,7 @@ async def test_history_size_does_not_grow_with_the_session(
                         text=f"{i:05d} " + "x" * 2042,
                     )
                 )
-            handle = await start_task(
-                client, settings.task_queue, "summarise", model="openai:gpt-test", session=session
-            )
+            handle = await start("summarise", model="openai:gpt-test", session=session)
             result: TaskResult = await handle.result()
             assert result.status == "replied"
             sizes[prior] = await history_bytes(handle)

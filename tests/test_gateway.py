@@ -26,13 +26,8 @@ from errands.client import Client as ErrandsClient
 from errands.errors import ConfigError
 from errands.gateway import check_binding, create_app, is_loopback, serve, serving
 from errands.settings import Settings
-from tests.helpers import Conversation, ask, delegate, eventually, final, history_events
+from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final, history_events
 
-DATABASE = {
-    "question": "Which database should the new service use?",
-    "header": "Database",
-    "options": [{"label": "PostgreSQL"}, {"label": "SQLite"}],
-}
 WORKFLOW_TASK_EVENTS = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,

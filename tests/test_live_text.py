@@ -20,6 +20,7 @@ from errands.client import Client as ErrandsClient
 from errands.contracts.events import LiveText, StoredEvent
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.conftest import StartTask
 from tests.helpers import Conversation, delegate, final, start_task
 
 # 2,000 characters of a reply, with what JSON must escape in it.
@@ -51,12 +52,12 @@ async def test_a_streamed_reply_reaches_a_watcher_in_deltas_before_the_task_ends
     settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
     model: str,
+    start: StartTask,
 ) -> None:
     name = model.split(":")[1]
     scripted.script(name, streamed_reply(chunk_delay=0.04))
-    handle = await start_task(client, settings.task_queue, "Plan the trip.", model=model)
+    handle = await start("Plan the trip.", model=model)
     log = await read_log(client, settings, store, handle.id)
 
     request = scripted.requests_for(name)[0]
@@ -81,16 +82,14 @@ async def test_after_a_500_in_mid_stream_the_retry_supersedes_the_text_written(
     settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
+    start: StartTask,
 ) -> None:
     scripted.script(
         "gpt-live-broken",
         streamed_reply(chunk_delay=0.02, fail_after=20, fail_message="upstream 500 in mid-stream"),
         streamed_reply(),
     )
-    handle = await start_task(
-        client, settings.task_queue, "Plan the trip.", model="openai:gpt-live-broken"
-    )
+    handle = await start("Plan the trip.", model="openai:gpt-live-broken")
     log = await read_log(client, settings, store, handle.id)
 
     assert len(scripted.requests_for("gpt-live-broken")) == 2
@@ -112,7 +111,7 @@ async def test_a_branchs_answer_streams_under_its_branch(
     settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
+    start: StartTask,
 ) -> None:
     answer = "The almanac says: Lisbon has 2,800 hours of sun a year. " * 8
     Conversation(
@@ -120,9 +119,7 @@ async def test_a_branchs_answer_streams_under_its_branch(
         lambda request: Reply(text=answer, chunk_chars=20, chunk_delay=0.02),
         branches=1,
     ).install(scripted, "gpt-live-branch")
-    handle = await start_task(
-        client, settings.task_queue, "How sunny?", model="openai:gpt-live-branch"
-    )
+    handle = await start("How sunny?", model="openai:gpt-live-branch")
     log = await read_log(client, settings, store, handle.id)
 
     live = LiveText()

@@ -14,8 +14,8 @@ from errands.contracts.messages import Usage
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from tests.conftest import run_cli
-from tests.helpers import ask, delegate, final, general, start_task, until_waiting
-from tests.test_ask_user import DATABASE, last_tool_result
+from tests.helpers import DATABASE, ask, delegate, final, general, start_task, until_waiting
+from tests.test_ask_user import last_tool_result
 
 ROUNDS = 500
 USAGE = Usage(input_tokens=100, output_tokens=10, cached_tokens=40)

@@ -8,8 +8,8 @@ import uuid
 from temporalio.client import Client
 
 from errands.adapters.scripted import Call, Reply, ScriptedModelServer
-from errands.settings import Settings
-from tests.helpers import Conversation, eventually, start_task
+from tests.conftest import StartTask
+from tests.helpers import Conversation, eventually
 
 
 async def matching(client: Client, query: str, expected: set[str]) -> set[str]:
@@ -23,7 +23,7 @@ async def matching(client: Client, query: str, expected: set[str]) -> set[str]:
 
 
 async def test_each_search_attribute_finds_the_right_tasks_and_summaries_are_exported(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     session = f"ops-{uuid.uuid4().hex[:6]}"
     delegate = Call(
@@ -36,12 +36,8 @@ async def test_each_search_attribute_finds_the_right_tasks_and_summaries_are_exp
         branches=1,
     ).install(scripted, "gpt-ops")
     scripted.script("gpt-ops-fail", *[Reply(text="prose only")] * 4)  # repaired 3 times
-    replied = await start_task(
-        client, settings.task_queue, "q", model="openai:gpt-ops", session=session
-    )
-    failed = await start_task(
-        client, settings.task_queue, "q", model="openai:gpt-ops-fail", session=session
-    )
+    replied = await start("q", model="openai:gpt-ops", session=session)
+    failed = await start("q", model="openai:gpt-ops-fail", session=session)
     await replied.result()
     await failed.result()
 

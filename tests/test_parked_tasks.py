@@ -4,36 +4,34 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import uuid
 
 from temporalio.client import Client
 
-from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
-from tests.helpers import ask, eventually, final, start_task
-from tests.test_ask_user import DATABASE
-from tests.test_worker_crash import spawn_worker, worker_env
+from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_process
+from tests.helpers import (
+    DATABASE,
+    ask,
+    eventually,
+    final,
+    start_task,
+)
 
 PARKED = 30
 
 
 async def test_parked_tasks_resume_after_a_worker_restart(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
-    model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
     settings: Settings,
     store: SessionStore,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"parked-{uuid.uuid4().hex[:6]}"
-    env = worker_env(dev_server, queue, database_url, model_server)
+    queue, env = process_workers.queue, process_workers.env
     scripted.script("gpt-parked", *[ask(DATABASE)] * PARKED, *[final("resumed")] * PARKED)
     first = spawn_worker(env)
     handles = [
@@ -51,12 +49,10 @@ async def test_parked_tasks_resume_after_a_worker_restart(
         return len(pending) == PARKED
 
     await eventually(all_parked, f"all {PARKED} tasks to wait on their question", timeout=120)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
+    kill_worker(first)
 
-    second = spawn_worker(env)
     tasks = ErrandsClient(client, settings, store=store)
-    try:
+    with worker_process(env):
         # Answered at once, as a user would: a task whose workflow task is still failing over
         # from the dead worker is offered the answer again until the new worker has it.
         await asyncio.gather(
@@ -66,7 +62,4 @@ async def test_parked_tasks_resume_after_a_worker_restart(
             )
         )
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 180)
-    finally:
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait()
     assert [r.reply for r in results] == ["resumed"] * PARKED

@@ -4,8 +4,6 @@ concurrent delegating tasks with every message exactly once."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import uuid
 from collections import Counter
 
@@ -17,9 +15,9 @@ from temporalio.client import Client
 from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import open_store
+from tests.conftest import kill_worker, spawn_worker, worker_env
 from tests.helpers import eventually, start_task
 from tests.test_store import pg_admin, pg_url_in
-from tests.test_worker_crash import spawn_worker, worker_env
 
 TASKS = 50
 
@@ -97,8 +95,7 @@ async def test_two_workers_on_postgres_complete_50_tasks_exactly_once(
     finally:
         model_server.responder = None
         for proc in workers:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_worker(proc)
         store.close()
         with pg_admin() as admin:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -8,15 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
 from errands.adapters.providers import AnthropicMessagesProvider, anthropic_client
 from errands.adapters.scripted import Call, Reply, ScriptedModelServer
 from errands.agent.model_catalog import model_catalog
 from errands.agent.side_questions import preferred_request
 from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolSpec, Usage
-from errands.settings import Settings
-from tests.helpers import Conversation, start_task
+from tests.conftest import StartTask
+from tests.helpers import Conversation
 
 BREAKPOINT = {"type": "ephemeral"}
 FINAL = ToolSpec(
@@ -171,12 +170,7 @@ async def test_a_model_without_prompt_caching_gets_no_breakpoints(
 
 @pytest.mark.parametrize("spec", ["anthropic:claude-cache", "openai:gpt-cache"])
 async def test_a_three_round_task_reports_the_cache_reads_the_server_returned(
-    spec: str,
-    client: Client,
-    worker,
-    settings: Settings,
-    scripted: ScriptedModelServer,
-    monkeypatch: pytest.MonkeyPatch,
+    spec: str, scripted: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, start: StartTask
 ) -> None:
     monkeypatch.setattr(scripted, "prompt_cache", True)
     api, model = spec.split(":")
@@ -188,7 +182,7 @@ async def test_a_three_round_task_reports_the_cache_reads_the_server_returned(
         branches=4,
     ).install(scripted, model)
 
-    handle = await start_task(client, settings.task_queue, "compare them", model=spec)
+    handle = await start("compare them", model=spec)
     result = await handle.result()
 
     assert result.status == "replied"

@@ -37,21 +37,14 @@ from errands.contracts.messages import (
     ToolSpec,
     Usage,
 )
+from tests.helpers import tool_spec
 
 Server = ScriptedModelServer
 SECRET = "sk-test-Secret0123456789"
 MODEL = {"openai": "gpt-test", "anthropic": "claude-test"}
 both_apis = pytest.mark.parametrize("api", ["openai", "anthropic"])
 
-SEARCH = ToolSpec(
-    name="search",
-    description="Search the notes.",
-    parameters={
-        "type": "object",
-        "properties": {"q": {"type": "string"}},
-        "required": ["q"],
-    },
-)
+SEARCH = tool_spec("search", "Search the notes.", q="string")
 FINAL = ToolSpec(
     name="final_reply",
     description="Answer the user.",

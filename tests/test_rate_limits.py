@@ -27,6 +27,7 @@ from errands.contracts.messages import Message, ModelRequest
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings, load_settings
 from errands.workers import build_worker
+from tests.conftest import StartTask
 from tests.helpers import (
     ACTIVITY_STARTED,
     Conversation,
@@ -100,11 +101,11 @@ async def test_a_concurrency_of_two_holds_a_round_of_eight_branches_to_two_reque
 
 
 async def test_without_a_limit_the_same_round_sends_its_eight_requests_at_once(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     calls = InServer()
     Conversation([eight_parts(), final("done")], calls, branches=8).install(scripted, "gpt-limited")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     await calls.gate.reached(8)  # all eight in the server, none answered
     calls.gate.release()
     assert (await handle.result()).reply == "done"

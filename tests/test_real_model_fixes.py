@@ -20,8 +20,10 @@ from errands.contracts.activities import SideAnswer, SideQuestionInput
 from errands.contracts.messages import Message, ToolCall
 from errands.contracts.workflows import RoundSettings, SideQuestion, TaskResult
 from errands.settings import Settings
+from tests.conftest import StartTask
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
+    DATABASE,
     advisor_call,
     ask,
     events_of,
@@ -32,7 +34,6 @@ from tests.helpers import (
     start_task,
     until_waiting,
 )
-from tests.test_ask_user import DATABASE
 
 MODEL = "openai:gpt-real"
 
@@ -45,10 +46,10 @@ def tool_names(request: RecordedRequest) -> list[str]:
 
 
 async def test_narration_with_no_fallback_is_repaired_on_the_same_slot(
-    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+    client: Client, store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Reply(text="The answer is 4."), final("4"))
-    handle = await start_task(client, settings.task_queue, "2 + 2?", model=MODEL)
+    handle = await start("2 + 2?", model=MODEL)
     result = await handle.result()
     assert (result.status, result.reply) == ("replied", "4")
     assert result.steps == 2, "the narrating step and its repair are both charged"
@@ -63,10 +64,10 @@ async def test_narration_with_no_fallback_is_repaired_on_the_same_slot(
 
 
 async def test_an_empty_reply_is_repaired_on_the_same_slot(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Reply(text=""), final("here"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "here"
     first, second = scripted.requests_for("gpt-real")
     assert len(second.body["messages"]) == len(first.body["messages"]) + 1
@@ -75,26 +76,22 @@ async def test_an_empty_reply_is_repaired_on_the_same_slot(
 
 
 async def test_with_a_fallback_narration_goes_to_the_fallback_first(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Reply(text="prose"))
     scripted.script("gpt-real-fallback", final("from the fallback"))
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-real-fallback"
-    )
+    handle = await start("q", model=MODEL, fallback_model="openai:gpt-real-fallback")
     result = await handle.result()
     assert result.reply == "from the fallback" and result.steps == 2
     assert len(scripted.requests_for("gpt-real")) == 1, "the primary is not repaired"
 
 
 async def test_narration_on_the_fallback_too_is_repaired_on_the_fallback(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Reply(text="the primary narrates"))
     scripted.script("gpt-real-fallback", Reply(text="the fallback narrates"), final("fixed"))
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-real-fallback"
-    )
+    handle = await start("q", model=MODEL, fallback_model="openai:gpt-real-fallback")
     result = await handle.result()
     assert result.reply == "fixed" and result.steps == 3
     repaired = scripted.requests_for("gpt-real-fallback")[1].body["messages"]
@@ -103,12 +100,10 @@ async def test_narration_on_the_fallback_too_is_repaired_on_the_fallback(
 
 
 async def test_narration_repairs_stop_at_the_repair_limit(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", *[Reply(text="Sure, I can help with that.")] * 3)
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(max_repairs=2)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(max_repairs=2))
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted" and result.steps == 3
@@ -116,12 +111,10 @@ async def test_narration_repairs_stop_at_the_repair_limit(
 
 
 async def test_narration_repairs_stop_at_the_step_budget(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Reply(text="prose"), Reply(text="prose again"))
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(step_budget=2)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(step_budget=2))
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted" and result.steps == 2
@@ -131,15 +124,13 @@ async def test_narration_repairs_stop_at_the_step_budget(
 
 
 async def test_a_call_cut_off_by_the_output_limit_is_asked_again_shorter(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     cut = Reply(
         calls=[Call("final_reply", '{"text": "A very long answer th')], finish_reason="length"
     )
     scripted.script("gpt-real", cut, final("short"))
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(max_output_tokens=64)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(max_output_tokens=64))
     result = await handle.result()
     assert result.reply == "short" and result.steps == 2
     rejected, error = scripted.requests_for("gpt-real")[1].body["messages"][-2:]
@@ -153,11 +144,11 @@ async def test_a_call_cut_off_by_the_output_limit_is_asked_again_shorter(
 
 
 async def test_a_cut_off_work_tool_call_is_not_run(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     cut = Reply(calls=[Call("advisor", '{"question": "Should I')], finish_reason="length")
     scripted.script("gpt-real", cut, final("done"))
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "done"
     events = await history_events(handle)
     scheduled = [
@@ -191,19 +182,15 @@ async def test_the_advisor_is_withdrawn_once_its_limit_is_used(
 
 
 async def test_the_advisor_request_has_one_system_message_and_alternating_turns(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     session = f"adv-{uuid.uuid4().hex[:6]}"
     scripted.script("gpt-real", final("Earlier: SQLite will do."))
-    earlier = await start_task(
-        client, settings.task_queue, "Pick one", model=MODEL, session=session
-    )
+    earlier = await start("Pick one", model=MODEL, session=session)
     await earlier.result()
     scripted.script("gpt-real", advisor_call("Which one?"), final("done"))
     scripted.script("gpt-real-advisor", Reply(text="PostgreSQL."))
-    handle = await start_task(
-        client,
-        settings.task_queue,
+    handle = await start(
         "Set it up",
         model=MODEL,
         advisor_model="openai:gpt-real-advisor",
@@ -333,11 +320,11 @@ async def test_a_running_tasks_side_question_fallback_gets_its_own_time_budget(
 
 
 async def test_a_finished_tasks_side_question_fallback_gets_its_own_time_budget(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, settings: Settings, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     script = SideScript([final("Done.")])
     scripted.script("gpt-real", *[script] * 3)
-    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    handle = await start("Set it up", model=MODEL)
     result = await handle.result()
     assert result.last_round is not None
     answer = await client.execute_workflow(
@@ -362,13 +349,11 @@ async def test_a_finished_tasks_side_question_fallback_gets_its_own_time_budget(
 
 
 async def test_a_500_with_the_same_words_twice_ends_the_retries_as_an_invalid_request(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     said = "failed to process the prompt"  # words the classifier alone cannot place
     scripted.script("gpt-real", *[Fail(500, said)] * 2)
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(model_max_attempts=6)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(model_max_attempts=6))
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "invalid_request"
@@ -377,12 +362,10 @@ async def test_a_500_with_the_same_words_twice_ends_the_retries_as_an_invalid_re
 
 
 async def test_a_503_that_repeats_itself_is_still_an_outage_and_retried(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-real", Fail(503, "overloaded"), Fail(503, "overloaded"), final("back"))
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(model_max_attempts=6)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(model_max_attempts=6))
     assert (await handle.result()).reply == "back"
 
 

@@ -17,7 +17,7 @@ from errands.contracts.messages import NewMessage
 from errands.contracts.subtasks import SubtaskDraft
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import StartTask, run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
     CHILD_INITIATED,
@@ -142,15 +142,14 @@ async def test_a_delegating_round_runs_three_branches_in_parallel_and_replies(
 )
 async def test_a_rejected_control_call_comes_back_to_the_same_model_and_is_fixed(
     client: Client,
-    worker,
-    settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
     bad: Reply,
     error: str,
+    start: StartTask,
 ) -> None:
     scripted.script("gpt-main", bad, final("fixed"))
-    handle = await start_task(client, settings.task_queue, "question", model=MODEL)
+    handle = await start("question", model=MODEL)
     result = await handle.result()
     assert result.reply == "fixed"
     first, second = scripted.requests_for("gpt-main")
@@ -168,13 +167,11 @@ async def test_a_rejected_control_call_comes_back_to_the_same_model_and_is_fixed
 
 
 async def test_after_three_repairs_the_fallback_starts_from_clean_messages(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-main", *[final(" ")] * 4)
     scripted.script("gpt-fallback", final("from the fallback"))
-    handle = await start_task(
-        client, settings.task_queue, "question", model=MODEL, fallback_model="openai:gpt-fallback"
-    )
+    handle = await start("question", model=MODEL, fallback_model="openai:gpt-fallback")
     result = await handle.result()
     assert result.reply == "from the fallback"
     primary = scripted.requests_for("gpt-main")
@@ -185,14 +182,12 @@ async def test_after_three_repairs_the_fallback_starts_from_clean_messages(
 
 
 async def test_a_final_round_offers_only_final_reply_and_says_why(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     Conversation([delegate(general("part", 1)), final("done")], answer_branch, branches=1).install(
         scripted, "gpt-main"
     )
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(step_budget=2)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(step_budget=2))
     result = await handle.result()
     assert result.reply == "done" and result.steps == 2
     main = [r for r in scripted.requests if "final_reply" in json.dumps(r.body.get("tools", []))]
@@ -236,7 +231,7 @@ async def test_every_step_is_charged_and_a_round_exceeds_the_budget_by_one_step_
 
 
 async def test_a_401_after_a_completed_branch_replies_with_the_deterministic_join(
-    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+    client: Client, store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     convo = Conversation(
         [delegate(general("first", 1), general("second", 1)), Fail(401, "key revoked")],
@@ -245,9 +240,7 @@ async def test_a_401_after_a_completed_branch_replies_with_the_deterministic_joi
         ),
         branches=2,
     ).install(scripted, "gpt-main")
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback"
-    )
+    handle = await start("q", model=MODEL, fallback_model="openai:gpt-fallback")
     result = await handle.result()
     assert result.status == "replied"
     assert result.reply is not None and result.reply.startswith("good result")
@@ -260,14 +253,12 @@ async def test_a_401_after_a_completed_branch_replies_with_the_deterministic_joi
 
 
 async def test_both_slots_failing_deterministically_with_no_branches_fails_as_exhausted(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-main", Reply(text="prose"))
     # The fallback, the last slot, is repaired after narrating: 1 + 3 repairs.
     scripted.script("gpt-fallback", *[Reply(text="more prose")] * 4)
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, fallback_model="openai:gpt-fallback"
-    )
+    handle = await start("q", model=MODEL, fallback_model="openai:gpt-fallback")
     result = await handle.result()
     assert result.status == "failed" and result.error is not None
     assert result.error.kind == "exhausted"
@@ -278,7 +269,7 @@ async def test_both_slots_failing_deterministically_with_no_branches_fails_as_ex
 
 
 async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_complete(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     convo = Conversation(
         [
@@ -290,7 +281,7 @@ async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_compl
         ),
         branches=3,
     ).install(scripted, "gpt-main")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "partial"
     results = json.loads(tool_messages(convo.main_requests[1])[0]["content"])
     assert [r["status"] for r in results] == ["completed", "failed", "completed"]
@@ -300,14 +291,14 @@ async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_compl
 
 
 async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_local_activities(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     Conversation(
         [delegate(general("one", 1), general("two", 1)), final("done")],
         lambda r: Reply(text="fine"),
         branches=2,
     ).install(scripted, "gpt-main")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "done"
 
     events = await history_events(handle)
@@ -332,7 +323,7 @@ async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_loc
 
 
 async def test_a_branch_runs_its_types_work_tools(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     def research(request: RecordedRequest) -> Reply:
         tools = tool_messages(request)
@@ -348,7 +339,7 @@ async def test_a_branch_runs_its_types_work_tools(
         research,
         branches=2,
     ).install(scripted, "gpt-main")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "ok"
     first, second = convo.branch_requests
     assert [t["function"]["name"] for t in first.body["tools"]] == ["lookup"]
@@ -358,7 +349,7 @@ async def test_a_branch_runs_its_types_work_tools(
 
 
 async def test_cancelling_a_task_cancels_its_branches(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     never = Gate("the branches' model calls, never answered")
     Conversation(
@@ -366,7 +357,7 @@ async def test_cancelling_a_task_cancels_its_branches(
         lambda r: Reply(text="too late", hold=never),
         branches=2,
     ).install(scripted, "gpt-main")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     await never.reached(2)
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
@@ -379,7 +370,7 @@ async def test_cancelling_a_task_cancels_its_branches(
 
 
 async def test_history_of_three_rounds_of_eight_branches_is_small_and_flat(
-    client: Client, worker, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+    store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     sizes = {}
     for prior in (0, 500):
@@ -404,9 +395,7 @@ async def test_history_of_three_rounds_of_eight_branches_is_small_and_flat(
         # of the compaction come on top of the scripted steps.
         scripted.responder = convo
         try:
-            handle = await start_task(
-                client, settings.task_queue, "big job", model=MODEL, session=session
-            )
+            handle = await start("big job", model=MODEL, session=session)
             assert (await handle.result()).reply == "all done"
         finally:
             scripted.responder = None
@@ -508,14 +497,14 @@ async def test_a_round_that_finds_its_branches_started_reuses_its_acknowledgemen
 
 
 async def test_rounds_whose_branches_all_fail_the_same_way_lead_to_a_final_round(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     convo = Conversation(
         [delegate(general("try", 1))] * 3 + [final("giving up honestly")],
         lambda r: Fail(403, "no access to the archive"),
         branches=3,
     ).install(scripted, "gpt-main")
-    handle = await start_task(client, settings.task_queue, "q", model=MODEL)
+    handle = await start("q", model=MODEL)
     assert (await handle.result()).reply == "giving up honestly"
     last = convo.main_requests[-1]
     assert [t["function"]["name"] for t in last.body["tools"]] == ["final_reply"]
@@ -524,16 +513,14 @@ async def test_rounds_whose_branches_all_fail_the_same_way_lead_to_a_final_round
 
 
 async def test_a_task_past_its_deadline_gets_a_final_round(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     Conversation(
         [delegate(general("slow part", 1)), final("out of time")],
         lambda r: Reply(text="slow", delay=1.5),  # the behaviour under test: time passes
         branches=1,
     ).install(scripted, "gpt-main")
-    handle = await start_task(
-        client, settings.task_queue, "q", model=MODEL, settings=RoundSettings(deadline_seconds=1)
-    )
+    handle = await start("q", model=MODEL, settings=RoundSettings(deadline_seconds=1))
     assert (await handle.result()).reply == "out of time"
     system = scripted.requests_for("gpt-main")[-1].body["messages"][0]["content"]
     assert "time limit (1 s) has passed" in system

@@ -13,10 +13,12 @@ from errands.adapters.scripted import Fail, Gate, RecordedRequest, Reply, Script
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import StartTask, run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
+    DATABASE,
     advisor_call,
+    ask,
     delegate,
     events_of,
     eventually,
@@ -25,8 +27,8 @@ from tests.helpers import (
     history_events,
     keep_history,
     start_task,
+    until_waiting,
 )
-from tests.test_ask_user import DATABASE, ask, until_waiting
 
 MODEL = "openai:gpt-side"
 SIDE_Q = "btw, what have you found so far?"
@@ -79,12 +81,7 @@ async def side_question_workflow(client: Client, task_id: str) -> str:
 
 
 async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
-    client: Client,
-    worker,
-    cli_env,
-    settings: Settings,
-    store: SessionStore,
-    scripted: ScriptedModelServer,
+    client: Client, cli_env, store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     held = Gate("the second round's model call")
     script = Script(
@@ -96,7 +93,7 @@ async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
         branch=lambda r: Reply(text="logs are clean"),
     )
     scripted.script("gpt-side", *[script] * 5)
-    handle = await start_task(client, settings.task_queue, "Check the service", model=MODEL)
+    handle = await start("Check the service", model=MODEL)
     await held.reached()
     session_id = (await handle.query("status", result_type=TaskResult)).session_id
     before = snapshot(store, session_id)
@@ -132,18 +129,13 @@ async def test_btw_while_a_round_is_in_flight_replays_the_rounds_exact_prefix(
 
 
 async def test_btw_while_the_task_waits_on_a_question(
-    client: Client,
-    worker,
-    cli_env,
-    settings: Settings,
-    store: SessionStore,
-    scripted: ScriptedModelServer,
+    cli_env, store: SessionStore, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     script = Script(
         main=[ask(DATABASE), final("PostgreSQL it is.")], side=[Reply(text="Waiting on you.")]
     )
     scripted.script("gpt-side", *[script] * 3)
-    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    handle = await start("Set it up", model=MODEL)
     status = await until_waiting(handle)
     before = snapshot(store, status.session_id)
     answered = await run_cli(cli_env, "btw", handle.id, SIDE_Q, "--json")
@@ -191,19 +183,13 @@ async def test_btw_after_the_task_replied_answers_from_its_last_round(
 
 @pytest.mark.parametrize("ending", ["cancel", "terminate"])
 async def test_btw_after_the_task_was_stopped_answers_from_its_last_round(
-    client: Client,
-    worker,
-    cli_env,
-    settings: Settings,
-    store: SessionStore,
-    scripted: ScriptedModelServer,
-    ending: str,
+    cli_env, store: SessionStore, scripted: ScriptedModelServer, ending: str, start: StartTask
 ) -> None:
     """A canceled or terminated task has no result; its last state still gives the side
     question the task's round, model and session."""
     script = Script(main=[ask(DATABASE)], side=[Reply(text="It was asking about the database.")])
     scripted.script("gpt-side", *[script] * 2)
-    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    handle = await start("Set it up", model=MODEL)
     waiting = await until_waiting(handle)
     if ending == "cancel":
         await handle.cancel()
@@ -231,7 +217,7 @@ async def test_btw_after_the_task_was_stopped_answers_from_its_last_round(
 
 
 async def test_a_second_side_question_in_flight_is_refused(
-    client: Client, worker, cli_env, settings: Settings, scripted: ScriptedModelServer
+    cli_env, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     held = Gate("the first side question's model call")
     script = Script(
@@ -239,7 +225,7 @@ async def test_a_second_side_question_in_flight_is_refused(
         side=[Reply(text="slow answer", hold=held)],
     )
     scripted.script("gpt-side", *[script] * 3)
-    handle = await start_task(client, settings.task_queue, "Set it up", model=MODEL)
+    handle = await start("Set it up", model=MODEL)
     status = await until_waiting(handle)
     first = asyncio.create_task(run_cli(cli_env, "btw", handle.id, SIDE_Q))
     await held.reached()
@@ -257,13 +243,11 @@ async def test_a_second_side_question_in_flight_is_refused(
 
 
 async def test_the_advisor_answers_the_agent_in_one_tool_less_step(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     scripted.script("gpt-main", advisor_call("Should I split this?"), final("Split it."))
     scripted.script("gpt-advisor", Reply(text="Yes: split by service."))
-    handle = await start_task(
-        client,
-        settings.task_queue,
+    handle = await start(
         "Plan the migration",
         model="openai:gpt-main",
         advisor_model="openai:gpt-advisor",

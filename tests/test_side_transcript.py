@@ -21,12 +21,9 @@ from errands.agent.side_questions import (
     validate_side_question,
 )
 from errands.contracts.messages import Message, ModelRequest, ToolCall, ToolSpec
+from tests.helpers import user
 
 pytestmark = pytest.mark.fast
-
-
-def user(text: str) -> Message:
-    return Message(role="user", text=text)
 
 
 def assistant(text: str = "", *calls: str) -> Message:

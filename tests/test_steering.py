@@ -16,7 +16,7 @@ from errands.adapters.store import SessionStore
 from errands.contracts import ids
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.settings import Settings
-from tests.conftest import run_cli
+from tests.conftest import StartTask, run_cli
 from tests.helpers import delegate, eventually, final, keep_history, start_task
 
 MODEL = "openai:gpt-steer"
@@ -28,11 +28,10 @@ def user_texts(request: RecordedRequest) -> list[str]:
 
 async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_reply_is_dropped(
     client: Client,
-    settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
     cli_env: dict[str, str],
+    start: StartTask,
 ) -> None:
     seen: list[RecordedRequest] = []
     first_call = Gate("the first model call")
@@ -44,7 +43,7 @@ async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_r
         return final("Plan, no cost.", hold=first_call)
 
     scripted.script("gpt-steer", main_agent, main_agent)
-    handle = await start_task(client, settings.task_queue, "Plan the move.", model=MODEL)
+    handle = await start("Plan the move.", model=MODEL)
     await first_call.reached()
     said = await run_cli(cli_env, "say", handle.id, "also cover cost", "--json")
     assert said.code == 0, said.stderr
@@ -71,11 +70,10 @@ async def test_a_steer_during_a_model_call_reaches_the_next_step_and_the_stale_r
 
 async def test_a_queued_message_becomes_the_sessions_next_task(
     client: Client,
-    settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
     cli_env: dict[str, str],
+    start: StartTask,
 ) -> None:
     first_call = Gate("the first task's model call")
 
@@ -84,7 +82,7 @@ async def test_a_queued_message_becomes_the_sessions_next_task(
         return final(f"answered: {asked}", hold=first_call)
 
     scripted.script("gpt-steer", main_agent, main_agent)
-    handle = await start_task(client, settings.task_queue, "First question.", model=MODEL)
+    handle = await start("First question.", model=MODEL)
     await first_call.reached()
     queued = await run_cli(cli_env, "say", handle.id, "Then this one.", "--queue", "--json")
     assert queued.code == 0, queued.stderr
@@ -105,14 +103,10 @@ async def test_a_queued_message_becomes_the_sessions_next_task(
 
 
 async def test_a_message_to_a_finished_task_is_refused_with_the_command_to_start_one(
-    client: Client,
-    settings: Settings,
-    scripted: ScriptedModelServer,
-    worker: Any,
-    cli_env: dict[str, str],
+    scripted: ScriptedModelServer, cli_env: dict[str, str], start: StartTask
 ) -> None:
     scripted.script("gpt-steer", final("done"))
-    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    handle = await start("Quick one.", model=MODEL)
     result = await asyncio.wait_for(handle.result(), 60)
     refused = await run_cli(cli_env, "say", handle.id, "one more thing")
     assert refused.code == 2
@@ -121,14 +115,13 @@ async def test_a_message_to_a_finished_task_is_refused_with_the_command_to_start
 
 async def test_a_message_queued_on_a_finished_task_starts_the_sessions_next_task_at_once(
     client: Client,
-    settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
     cli_env: dict[str, str],
+    start: StartTask,
 ) -> None:
     scripted.script("gpt-steer", final("done"), final("the follow-up, done"))
-    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    handle = await start("Quick one.", model=MODEL)
     first = await asyncio.wait_for(handle.result(), 60)
 
     queued = await run_cli(cli_env, "say", handle.id, "And one more thing.", "--queue", "--json")
@@ -149,16 +142,13 @@ async def test_a_message_queued_on_a_finished_task_starts_the_sessions_next_task
 
 
 async def test_a_second_message_queued_on_a_finished_task_waits_behind_the_first(
-    client: Client,
-    settings: Settings,
-    scripted: ScriptedModelServer,
-    worker: Any,
+    client: Client, settings: Settings, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     follow_up = Gate("the first follow-up's model call")
     scripted.script(
         "gpt-steer", final("done"), final("first follow-up", hold=follow_up), final("second")
     )
-    handle = await start_task(client, settings.task_queue, "Quick one.", model=MODEL)
+    handle = await start("Quick one.", model=MODEL)
     await asyncio.wait_for(handle.result(), 60)
     tasks = errands.Client(client, settings)
 
@@ -176,11 +166,10 @@ async def test_a_second_message_queued_on_a_finished_task_waits_behind_the_first
 
 async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees_the_message(
     client: Client,
-    settings: Settings,
     store: SessionStore,
     scripted: ScriptedModelServer,
-    worker: Any,
     cli_env: dict[str, str],
+    start: StartTask,
 ) -> None:
     rounds: list[RecordedRequest] = []
     branches: list[RecordedRequest] = []
@@ -198,7 +187,7 @@ async def test_an_interrupt_cancels_the_running_branches_and_the_next_round_sees
 
     scripted.responder = model
     try:
-        handle = await start_task(client, settings.task_queue, "Do two slow parts.", model=MODEL)
+        handle = await start("Do two slow parts.", model=MODEL)
         await never.reached(2)
         said = await run_cli(cli_env, "say", handle.id, "Stop, just summarise.", "--interrupt")
         assert said.code == 0, said.stderr

@@ -9,14 +9,14 @@ from temporalio.client import Client
 from errands.adapters.scripted import Call, Fail, Reply, ScriptedModelServer
 from errands.agent.pricing import cost_usd, price_table
 from errands.contracts.messages import ModelPrice, ModelUsage, Usage
-from errands.settings import Settings
-from tests.helpers import Conversation, eventually, start_task
+from tests.conftest import StartTask
+from tests.helpers import Conversation, eventually
 
 PRICE = ModelPrice(input=1.0, output=2.0, cached=0.5)
 
 
 async def test_the_ledger_equals_the_reported_usage_of_every_request(
-    client: Client, worker, settings: Settings, scripted: ScriptedModelServer
+    client: Client, scripted: ScriptedModelServer, start: StartTask
 ) -> None:
     subtasks = [{"type": "general", "prompt": f"part {k}", "references": [1]} for k in (1, 2)]
     convo = Conversation(
@@ -33,9 +33,7 @@ async def test_the_ledger_equals_the_reported_usage_of_every_request(
         ),
         branches=2,
     ).install(scripted, "gpt-usage")
-    handle = await start_task(
-        client,
-        settings.task_queue,
+    handle = await start(
         "q",
         model="openai:gpt-usage",
         prices={"openai:gpt-usage": PRICE},

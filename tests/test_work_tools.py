@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import sys
 import uuid
 from pathlib import Path
@@ -30,7 +28,6 @@ from temporalio.client import (
 from temporalio.worker import Worker
 
 import errands
-from errands.adapters.devserver import DevServer
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
@@ -44,10 +41,16 @@ from errands.gateway import create_app, serving
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.conftest import run_cli
-from tests.helpers import Conversation, delegate, eventually, final, keep_history, start_task
+from tests.conftest import ProcessWorkers, kill_worker, run_cli, spawn_worker, worker_process
+from tests.helpers import (
+    Conversation,
+    delegate,
+    eventually,
+    final,
+    keep_history,
+    start_task,
+)
 from tests.mcp_notes import BIG, TOKEN, Servers
-from tests.test_worker_crash import spawn_worker, worker_env
 
 MODEL = "openai:gpt-tools"
 CALL = re.compile(r"call (\S+) (\{.*\})", re.DOTALL)
@@ -253,16 +256,13 @@ async def test_tool_errors_bad_arguments_a_server_down_and_a_hung_tool_come_back
 
 async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_and_writes_once(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
-    model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
     store: SessionStore,
     servers: Servers,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"tools-kill-{uuid.uuid4().hex[:6]}"
     env = {
-        **worker_env(dev_server, queue, database_url, model_server),
+        **process_workers.env,
         "ERRANDS_MCP_SERVERS": json.dumps({"web": servers.config["web"]}),
     }
     Conversation(
@@ -278,7 +278,7 @@ async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_a
     first = spawn_worker(env)
     handle = await start_task(
         client,
-        queue,
+        process_workers.queue,
         "Write the note once.",
         model=MODEL,
         settings=RoundSettings(heartbeat_timeout_seconds=3),
@@ -286,17 +286,12 @@ async def test_a_worker_killed_during_a_tool_call_retries_it_with_the_same_key_a
     try:
         await eventually(lambda: len(calls_for_once()) == 1, "the tool call to reach the server")
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        kill_worker(first)
     # The server finishes the call the dead worker made; the retry then finds it done.
     (servers.web / "once.release").touch()
     await eventually(lambda: (servers.web / "once.txt").exists(), "the first call's write")
-    second = spawn_worker(env)
-    try:
+    with worker_process(env):
         result = await asyncio.wait_for(handle.result(), 120)
-    finally:
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait()
 
     assert result.status == "replied", result.error
     thread = ids.child_workflow_id(handle.id, 0, 1)
@@ -755,16 +750,13 @@ def test_a_main_agent_tool_may_not_take_a_built_in_name() -> None:
 
 async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_goes_on(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
-    model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
     store: SessionStore,
     servers: Servers,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"tools-died-{uuid.uuid4().hex[:6]}"
     env = {
-        **worker_env(dev_server, queue, database_url, model_server),
+        **process_workers.env,
         "ERRANDS_MCP_SERVERS": json.dumps({"web": servers.config["web"]}),
     }
     Conversation(
@@ -776,7 +768,7 @@ async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_g
     first = spawn_worker(env)
     handle = await start_task(
         client,
-        queue,
+        process_workers.queue,
         "Write the note, one attempt only.",
         model=MODEL,
         settings=RoundSettings(heartbeat_timeout_seconds=3, tool_max_attempts=1),
@@ -787,15 +779,10 @@ async def test_a_tool_call_whose_every_attempt_died_is_reported_and_the_branch_g
             "the tool call to reach the server",
         )
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        kill_worker(first)
         (servers.web / "died.release").touch()
-    second = spawn_worker(env)
-    try:
+    with worker_process(env):
         result = await asyncio.wait_for(handle.result(), 120)
-    finally:
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait()
 
     assert result.status == "replied", result.error
     (row,) = branch_rows(store, result)

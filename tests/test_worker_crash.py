@@ -4,60 +4,30 @@ lost, duplicated or asked of a model twice beyond the calls that were in flight.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
-import uuid
 from collections import Counter
 
 from temporalio.client import Client
 
-from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.contracts.workflows import RoundSettings
-from tests.conftest import OPENAI_KEY, ROOT
-from tests.helpers import Conversation, delegate, final, general, start_task
-
-
-def worker_env(
-    dev_server: DevServer, queue: str, database_url: str, model_server: ScriptedModelServer
-) -> dict[str, str]:
-    """The environment of a `python worker.py` process for the test stack, and nothing else."""
-    inherited = ("OPENAI_", "ANTHROPIC_", "ERRANDS_")
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(inherited)},
-        "TEMPORAL_ADDRESS": dev_server.address,
-        "ERRANDS_TASK_QUEUE": queue,
-        "ERRANDS_DATABASE_URL": database_url,
-        "OPENAI_API_KEY": OPENAI_KEY,
-        "OPENAI_BASE_URL": model_server.openai_base_url,
-        "PYTHONPATH": str(ROOT),
-    }
-
-
-def spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "worker.py"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_process
+from tests.helpers import (
+    Conversation,
+    delegate,
+    final,
+    general,
+    start_task,
+)
 
 
 async def test_kill_9_of_the_worker_while_branches_run(
     client: Client,
-    dev_server: DevServer,
-    database_url: str,
     store: SessionStore,
-    model_server: ScriptedModelServer,
     scripted: ScriptedModelServer,
+    process_workers: ProcessWorkers,
 ) -> None:
-    queue = f"crash-{uuid.uuid4().hex[:6]}"
-    env = worker_env(dev_server, queue, database_url, model_server)
+    queue, env = process_workers.queue, process_workers.env
 
     in_flight = Gate("the three branch calls in flight when the worker dies")
 
@@ -80,15 +50,10 @@ async def test_kill_9_of_the_worker_while_branches_run(
         settings=RoundSettings(model_timeout_seconds=4),
     )
     await in_flight.reached(3)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
+    kill_worker(first)
 
-    second = spawn_worker(env)
-    try:
+    with worker_process(env):
         result = await asyncio.wait_for(handle.result(), 120)
-    finally:
-        os.killpg(second.pid, signal.SIGKILL)
-        second.wait()
     assert result.reply == "survived"
     assert len(convo.main_requests) == 2, "no finished round was asked again"
     assert len(convo.branch_requests) == 6
