@@ -15,6 +15,7 @@ from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_pro
 from tests.helpers import (
     Conversation,
     delegate,
+    eventually,
     final,
     general,
     start_task,
@@ -50,6 +51,16 @@ async def test_kill_9_of_the_worker_while_branches_run(
         settings=RoundSettings(model_timeout_seconds=4),
     )
     await in_flight.reached(3)
+    # A step's model_call_started is written while its request runs: the kill must come after
+    # the three are in the log, or the log would rightly lack an attempt that never logged.
+
+    def started_in_branches() -> int:
+        events = store.list_events(handle.id)
+        return sum(
+            1 for e in events if e.type == "model_call_started" and e.data["where"] != "main"
+        )
+
+    await eventually(lambda: started_in_branches() == 3, "the three branch calls' start logged")
     kill_worker(first)
 
     with worker_process(env):
