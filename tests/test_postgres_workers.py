@@ -11,6 +11,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
@@ -32,10 +33,17 @@ async def wait_for_pollers(client: Client, queue: str, count: int, timeout: floa
     )
 
     async def polling() -> bool:
-        described = await client.workflow_service.describe_task_queue(request)
+        try:
+            described = await client.workflow_service.describe_task_queue(request)
+        except RPCError as err:
+            # The server answers "operation was canceled" while it is still loading a queue
+            # that was just created; that is "not yet", not a failure.
+            if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE):
+                return False
+            raise
         return len({p.identity for p in described.pollers}) >= count
 
-    await eventually(polling, f"{count} workers polling {queue}", timeout=timeout)
+    await eventually(polling, f"{count} workers polling {queue}", timeout=timeout, interval=0.2)
 
 
 def two_branches_then_reply(request: RecordedRequest) -> Reply:

@@ -1,0 +1,55 @@
+"""Text that is safe to print on a terminal.
+
+Everything the CLI prints that came from a model, a tool or a person passes through ``shown``
+(or ``one_line`` for a field that must stay on one line): a terminal obeys escape sequences and
+control characters, so a reply could otherwise clear the screen, recolour or rewrite earlier
+lines (``\\r``, cursor up), write the clipboard (OSC 52) or hide a link (OSC 8). Each such
+character is printed as its escape (``\\x1b``, ``\\r``, ``\\u202e``) instead, so the reader sees
+that it was there. ``--json`` output does not pass through here: it stays byte-exact.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_KEPT = {"\n", "\t"}
+"""Whitespace a multi-line text keeps as it is."""
+
+
+def _unsafe(char: str) -> bool:
+    if char in _KEPT:
+        return False
+    code = ord(char)
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return True
+    # Format characters (bidirectional overrides, zero-width marks), line and paragraph
+    # separators, and surrogates or private use: none of them reads as what it does.
+    return unicodedata.category(char) in {"Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char == "\r":
+        return "\\r"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+_UNSAFE_RUN = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def shown(text: str) -> str:
+    """``text`` with every control character and escape sequence made visible (``\\x1b[2J``
+    prints as those five characters, not as a cleared screen). Newlines and tabs stay."""
+    if not _UNSAFE_RUN.search(text):
+        return text
+    return "".join(_escape(c) if _unsafe(c) else c for c in text)
+
+
+def one_line(text: str) -> str:
+    """``shown``, with newlines and tabs escaped too: a label, a header or an id."""
+    return shown(text).replace("\n", "\\n").replace("\t", "\\t")
