@@ -7,6 +7,9 @@ The task shows the first waiting call as its ``pending_approval`` and answers it
 waits (the task itself, or the branch). A call nobody answers in time is withdrawn by its waiter
 and told to the model as not approved.
 
+An answer that carries the digest of the arguments its user saw is refused unless they are the
+waiting call's (a missing digest is not checked: the signal path, and answers recorded before).
+
 The handlers live on the workflow class (Temporal needs them there); they and the round loop go
 through ``PendingApprovals``, which changes only the calls waiting and says what happened. What
 the task shows meanwhile (its state, its search attributes) stays the workflow's to set.
@@ -139,6 +142,14 @@ class PendingApprovals:
                 f"the call of {request.tool} waited for approval until "
                 f"{request.expires_at.isoformat()} and is no longer waiting; it was not run"
             )
+        if answer.arguments_sha256 and answer.arguments_sha256 != request.arguments_sha256:
+            raise AnswerRejected(
+                f"the arguments of the call of {request.tool} waiting in task {task_id} "
+                f"(approval {request.approval_id}, sha256 {request.arguments_sha256 or 'unknown'}"
+                f") are not the ones this answer was given for (sha256 "
+                f"{answer.arguments_sha256}); nothing was approved or denied. Read the call "
+                f"again with `errands status {task_id}` and answer what it shows"
+            )
         if answer.decision == "approve_always" and request.policy != "ask":
             raise AnswerRejected(
                 f"{request.tool} asks before every call (approval 'always'): approve this call "
@@ -184,6 +195,8 @@ async def log_requested(task_id: str, request: ApprovalRequest) -> None:
         approval_id=request.approval_id,
         tool=request.tool,
         arguments=request.arguments,
+        arguments_sha256=request.arguments_sha256,
+        arguments_bytes=request.arguments_bytes,
         why=request.why,
         where=request.where,
         can_approve_always=request.policy == "ask",

@@ -13,35 +13,95 @@ A waiting call shows as the task's ``pending_approval``; a frontend answers it w
 user's reason), a timeout and a headless task each give the model a text of its own, stored as
 the call's result: the tool never ran.
 
+What the user approves is the call itself (issue 23): ``request_of`` shows the exact arguments
+the tool will receive, whole and canonicalised (``canonical_arguments``), with their size and
+SHA-256 digest; the model's explanation (``why``) travels beside them, bounded, as the model's
+words. An answer that names a digest is refused unless it is the digest of the waiting call.
+
 Workflows import this module: it stays free of I/O. The payloads are in
 ``errands.contracts.approvals``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import unicodedata
 from datetime import datetime
 
-from errands.contracts.approvals import (
-    ARGUMENTS_SHOWN,
-    WHY_SHOWN,
-    ApprovalNeed,
-    ApprovalRequest,
-)
+from errands.agent.arguments import read_arguments
+from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalRequest
+
+INDENTED_MAX_BYTES = 1024 * 1024
+"""Past this size the canonical arguments are written on one line instead of indented: deep
+nesting indented two spaces a level could multiply the size of what the user must read (and of
+the payloads that carry it) many times over. Both forms are the whole call."""
+
+_MAYBE_HIDDEN = re.compile(r"[^\x20-\x7e\n]")
+"""Characters worth a closer look: anything but printable ASCII and the layout's newlines."""
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
+"""Control, format (bidirectional overrides, zero-width), surrogate, private-use, unassigned,
+line and paragraph separators, and spaces other than the plain one: none reads as what it is."""
 
 
 def request_of(
     need: ApprovalNeed, *, approval_id: str, where: str, requester: str, expires_at: datetime
 ) -> ApprovalRequest:
+    arguments = canonical_arguments(need.arguments)
+    encoded = arguments.encode("utf-8")
     return ApprovalRequest(
         approval_id=approval_id,
         tool=need.tool,
-        arguments=_cut(need.arguments, ARGUMENTS_SHOWN),
+        arguments=arguments,
+        arguments_sha256=hashlib.sha256(encoded).hexdigest(),
+        arguments_bytes=len(encoded),
         why=_cut(need.why.strip(), WHY_SHOWN),
         policy=need.policy,
         where=where,
         requester=requester,
         expires_at=expires_at,
     )
+
+
+def canonical_arguments(text: str) -> str:
+    """A call's arguments as the user must see them: the object the tool receives (read by the
+    one parser, ``errands.agent.arguments``), written again as JSON in the model's key order,
+    indented two spaces (on one line past ``INDENTED_MAX_BYTES``), with every invisible or
+    control character inside its strings escaped as ``\\uXXXX``. Whitespace the model put
+    around the JSON (a carriage return and spaces, say) is gone; a space, a tab or a carriage
+    return inside a string shows as what it is. Arguments the parser refuses (never asked about:
+    such a call is not run) are shown as their raw text, escaped the same way."""
+    value = read_arguments(text)
+    if isinstance(value, str):
+        return reveal(text)
+    written = json.dumps(value, ensure_ascii=False, indent=2)
+    if len(written) > INDENTED_MAX_BYTES:
+        written = json.dumps(value, ensure_ascii=False)
+    return reveal(written)
+
+
+def reveal(text: str) -> str:
+    """``text`` with every character that would not show as itself written as its JSON escape
+    (a character past U+FFFF as its surrogate pair), so it stays valid JSON."""
+    if not _MAYBE_HIDDEN.search(text):
+        return text
+    return "".join(_escaped(c) if _hidden(c) else c for c in text)
+
+
+def _hidden(char: str) -> bool:
+    if char == " " or char == "\n":
+        return False
+    code = ord(char)
+    return 0x7F <= code <= 0x9F or unicodedata.category(char) in _HIDDEN_CATEGORIES
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def denied(tool: str, reason: str | None) -> str:

@@ -12,9 +12,10 @@ from pydantic import BaseModel, Field
 
 ApprovalChoice = Literal["approve", "approve_always", "deny"]
 
-ARGUMENTS_SHOWN = 2_000
-"""Characters of a call's arguments a pending approval shows (the full call is in the store)."""
 WHY_SHOWN = 1_000
+"""Characters of the model's explanation (``why``) a pending approval shows. The arguments are
+never cut: what the user approves is the whole call."""
+SHA256_HEX = r"^[0-9a-f]{64}$"
 
 
 class ApprovalNeed(BaseModel):
@@ -31,11 +32,21 @@ class ApprovalNeed(BaseModel):
 
 
 class ApprovalRequest(BaseModel):
-    """A call waiting for the user: what the ``pending_approval`` of the task shows."""
+    """A call waiting for the user: what the ``pending_approval`` of the task shows.
+
+    ``arguments`` are the exact arguments the tool will receive, whole, canonicalised for display
+    (``errands.agent.approvals.canonical_arguments``): whitespace outside strings and invisible
+    characters inside them cannot hide anything. ``arguments_sha256`` is the digest of that text;
+    an answer that carries a digest is refused unless it is this one. ``why`` is the model's own
+    words, never part of the call."""
 
     approval_id: str
     tool: str
     arguments: str
+    arguments_sha256: str = ""
+    """SHA-256 (hex) of ``arguments`` as UTF-8 (empty in a request recorded before 0.3)."""
+    arguments_bytes: int = 0
+    """The UTF-8 size of ``arguments``."""
     why: str = ""
     policy: Literal["ask", "always"]
     where: str
@@ -49,6 +60,8 @@ class ApprovalRequest(BaseModel):
             "approval_id": self.approval_id,
             "tool": self.tool,
             "arguments": self.arguments,
+            "arguments_sha256": self.arguments_sha256,
+            "arguments_bytes": self.arguments_bytes,
             "why": self.why,
             "where": self.where,
             "can_approve_always": self.policy == "ask",
@@ -63,6 +76,10 @@ class ApprovalAnswer(BaseModel):
     decision: ApprovalChoice
     reason: str | None = Field(default=None, max_length=2_000)
     """Why the user denied it; the model reads it."""
+    arguments_sha256: str | None = Field(default=None, pattern=SHA256_HEX)
+    """The digest of the arguments the user saw (``ApprovalRequest.arguments_sha256``): the
+    answer is refused unless the waiting call's arguments are those. None: not checked (the
+    signal path and frontends from before 0.3)."""
 
 
 class Verdict(BaseModel):
@@ -73,7 +90,10 @@ class Verdict(BaseModel):
 
 
 class ApprovalReceipt(BaseModel):
-    """What the ``answer_approval`` update returns."""
+    """What the ``answer_approval`` update returns; the client adds which call it answered."""
 
     approval_id: str
     decision: ApprovalChoice
+    tool: str | None = None
+    arguments_sha256: str | None = None
+    arguments_bytes: int | None = None

@@ -110,8 +110,11 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
     "approval_requested": {
         "approval_id": "its id (errands approve/deny take it)",
         "tool": "the name the model called",
-        "arguments": "the preview the pending approval shows (cut to 2,000 characters)",
-        "why": "the agent's own words in the step that made the call, if any",
+        "arguments": "the exact arguments the tool will receive, whole, canonical JSON (indented, "
+        "invisible characters escaped)",
+        "arguments_sha256": "SHA-256 (hex) of arguments as UTF-8; approve/deny may carry it",
+        "arguments_bytes": "the UTF-8 size of arguments",
+        "why": "the model's own words in the step that made the call, if any (not the call)",
         "where": '"main" for the main agent, else the branch ("round 0 · subtask 2")',
         "can_approve_always": "whether approve_always may answer it (false for policy always)",
         "expires_at": "when the call stops waiting (ISO 8601, UTC)",
