@@ -34,6 +34,7 @@ from errands.agent.context import TokenEstimator, request_bytes
 from errands.agent.model_catalog import ModelInfo, model_catalog
 from errands.agent.validation import check_model_spec
 from errands.contracts.messages import DeltaSink, ModelRequest, ModelResponse
+from errands.contracts.text import clean_response
 from errands.settings import ProviderLimit, Settings
 
 
@@ -96,6 +97,11 @@ class ModelRouter:
         self.estimator = TokenEstimator()
         """Bytes per token for each model, calibrated from the input tokens providers report."""
 
+    @property
+    def settings(self) -> Settings:
+        """The settings the router was built from (the activities that hold it read theirs)."""
+        return self._settings
+
     def model_info(self, spec: str) -> ModelInfo:
         """What the catalog (with ``ERRANDS_MODELS``) knows of ``spec``: its window, its output."""
         return self._catalog.lookup(spec)
@@ -133,8 +139,9 @@ class ModelRouter:
                 raise with_jitter(classify_provider_error(error, route.provider.name)) from None
         self.estimator.observe(spec, request_bytes(request), response.usage.input_tokens)
         # Arguments past the guards leave here as a small marker: neither a payload, a stored
-        # step nor the next request ever carries them (errands.agent.arguments).
-        return guard_response(response)
+        # step nor the next request ever carries them (errands.agent.arguments); nor any
+        # character no store can hold (errands.contracts.text).
+        return clean_response(guard_response(response))
 
     @contextlib.asynccontextmanager
     async def _within_limits(

@@ -21,9 +21,10 @@ from errands.adapters.store import SessionStore, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
 from errands.client._handle import RANDOM_BYTES, TaskHandle
+from errands.client._input import checked
 from errands.client._refusals import refusal
 from errands.client._task_calls import TASK_WORKFLOW
-from errands.contracts import ids, search
+from errands.contracts import ids, limits, search
 from errands.contracts.messages import StoredMessage
 from errands.contracts.workflows import TaskInput, TaskResult
 from errands.errors import ConfigError, Conflict, InvalidRequest, TemporalUnreachable
@@ -93,6 +94,7 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
     fallback_model, task_id = options.get("fallback_model"), options.get("task_id")
     try:
         check_task_text(text)
+        checked(text, "text", limits.MESSAGE_CHARS, what="the task's text")
         session_id = check_session_id(session) if session is not None else new_session_id()
     except ValueError as error:
         raise InvalidRequest(str(error)) from None
@@ -100,12 +102,15 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
     fallback = fallback_model or settings.fallback_model
     for field, spec in (("model", primary), ("fallback_model", fallback)):
         if spec is not None:
+            checked(spec, field, limits.MODEL_SPEC_CHARS)
             try:
                 check_model_spec(spec)
             except ValueError as error:
                 raise InvalidRequest(f"{field}: {error}", field=field) from None
     if task_id is not None and not task_id.strip():
         raise InvalidRequest("the task id is blank; give one or leave it out", field="task_id")
+    if task_id is not None:
+        checked(task_id, "task_id", limits.TASK_ID_CHARS, what="the task id")
     return TaskInput(
         task_id=task_id or new_task_id(session_id),
         session_id=session_id,

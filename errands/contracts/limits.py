@@ -9,3 +9,20 @@ TOOL_MAX_ATTEMPTS = 3
 
 SIDE_TIMEOUT_SECONDS = 180
 """A side question's model-call timeout unless the task's settings say otherwise."""
+
+MODEL_SPEC_CHARS = 200
+"""Characters of a ``provider:model`` spec (the longest real model names are under 100)."""
+TASK_ID_CHARS = 300
+"""Characters of a task id a caller chooses (the gateway's task paths take no longer one)."""
+MESSAGE_CHARS = 100_000
+"""Characters of a message sent into a running task (as many as a task's own text)."""
+SIDE_QUESTION_CHARS = 10_000
+"""Characters of a side question."""
+ANSWER_CHARS = 10_000
+"""Characters of one answer to one question (an offered label, ``Other: …`` or free text)."""
+ANSWER_ITEMS = 100
+"""Question ids in one answer, and labels chosen for one question."""
+ID_CHARS = 200
+"""Characters of an id a caller echoes back: a question set's, an approval's, a question's."""
+REASON_CHARS = 2_000
+"""Characters of the reason given with a denied tool call."""

@@ -36,6 +36,11 @@ from errands.errors import (
 
 log = logging.getLogger("errands.gateway")
 SEND_JSON = "send a JSON object (UTF-8) with the header `Content-Type: application/json`"
+UNPAIRED = (
+    "the text holds an unpaired surrogate (a JSON escape \\ud800-\\udfff with no partner), "
+    "which errands cannot store; remove it and send the text again"
+)
+"""Pydantic's ``string_unicode`` error in the project's words (errands.contracts.text)."""
 
 STATUSES: list[tuple[type[ErrandsError], int]] = [
     (InvalidRequest, 422),
@@ -107,6 +112,6 @@ def _plain(error: dict[str, Any]) -> dict[str, Any]:
     carry, and the message already says it."""
     return {
         "loc": list(error.get("loc", ())),
-        "msg": error.get("msg", ""),
+        "msg": UNPAIRED if error.get("type") == "string_unicode" else error.get("msg", ""),
         "type": error.get("type", ""),
     }

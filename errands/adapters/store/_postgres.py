@@ -20,6 +20,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from errands.adapters.store import _guard
 from errands.adapters.store._migrations import migrate_postgres
 from errands.adapters.store._pool import Pool
 from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
@@ -86,6 +87,7 @@ class PostgresStore(SqlReads):
             ) from err
 
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
+        message, events = _guard.message(message), _guard.events(events)
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
             existing = self._select_one(conn, message.id)
@@ -130,7 +132,7 @@ class PostgresStore(SqlReads):
             rows = conn.execute(
                 f"SELECT {COLUMNS} FROM messages"
                 " WHERE session_id = %s AND starts_with(id, %s) ORDER BY seq",
-                [session_id, id_prefix],
+                _guard.params([session_id, id_prefix]),
             ).fetchall()
         return [self._message(row) for row in rows]
 
@@ -140,10 +142,11 @@ class PostgresStore(SqlReads):
                 "INSERT INTO decisions (session_id, decision_id, record, updated_at)"
                 " VALUES (%s, %s, %s, clock_timestamp()) ON CONFLICT (session_id, decision_id)"
                 " DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
-                [session_id, decision_id, Jsonb(record)],
+                [*_guard.params([session_id, decision_id]), Jsonb(_guard.record(record))],
             )
 
     def append_event(self, event: NewEvent) -> StoredEvent:
+        event = _guard.event(event)
         with self._pool.connection() as conn:
             existing = self._select_event(conn, event.task_id, event.key)
             if existing is not None:
@@ -176,7 +179,7 @@ class PostgresStore(SqlReads):
     def append_events(self, events: Sequence[NewEvent]) -> None:
         if events:
             with self._pool.connection() as conn, conn.transaction():
-                self._insert_events(conn, events)
+                self._insert_events(conn, _guard.events(events))
 
     def _insert_events(self, conn: Conn, events: Sequence[NewEvent]) -> None:
         """Each event at its task's next seq, unless its key is taken (inside a transaction,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from errands.adapters.store import _guard
 from errands.adapters.store._pool import Pool
 from errands.contracts.events import StoredEvent
 from errands.contracts.messages import StoredMessage
@@ -42,16 +43,16 @@ class SqlReads:
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with self._pool.connection() as conn:
-            return list(conn.execute(self._sql(sql), list(params)).fetchall())
+            return list(conn.execute(self._sql(sql), _guard.params(params)).fetchall())
 
     def _select_one(self, conn: Any, message_id: str) -> StoredMessage | None:
         sql = self._sql(f"SELECT {COLUMNS} FROM messages WHERE id = ?")
-        row = conn.execute(sql, [message_id]).fetchone()
+        row = conn.execute(sql, _guard.params([message_id])).fetchone()
         return None if row is None else self._message(row)
 
     def _select_event(self, conn: Any, task_id: str, key: str) -> StoredEvent | None:
         sql = self._sql(f"SELECT {EVENT_COLUMNS} FROM events WHERE task_id = ? AND key = ?")
-        row = conn.execute(sql, [task_id, key]).fetchone()
+        row = conn.execute(sql, _guard.params([task_id, key])).fetchone()
         return None if row is None else self._event(row)
 
     def get(self, message_id: str) -> StoredMessage | None:

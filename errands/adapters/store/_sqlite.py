@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+from errands.adapters.store import _guard
 from errands.adapters.store._migrations import migrate_sqlite
 from errands.adapters.store._pool import Pool
 from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
@@ -72,6 +73,7 @@ class SqliteStore(SqlReads):
                     conn.execute("ROLLBACK")
 
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
+        message, events = _guard.message(message), _guard.events(events)
         with self._pool.connection() as conn:
             # Retried activities mostly find their row already there: answer without the lock.
             existing = self._select_one(conn, message.id)
@@ -107,7 +109,7 @@ class SqliteStore(SqlReads):
             rows = conn.execute(
                 f"SELECT {COLUMNS} FROM messages"
                 " WHERE session_id = ? AND substr(id, 1, length(?)) = ? ORDER BY seq",
-                (session_id, id_prefix, id_prefix),
+                _guard.params([session_id, id_prefix, id_prefix]),
             ).fetchall()
         return [self._message(row) for row in rows]
 
@@ -117,10 +119,11 @@ class SqliteStore(SqlReads):
                 "INSERT INTO decisions (session_id, decision_id, record, updated_at)"
                 " VALUES (?, ?, ?, ?) ON CONFLICT (session_id, decision_id)"
                 " DO UPDATE SET record = excluded.record, updated_at = excluded.updated_at",
-                (session_id, decision_id, _dump(record), _now()),
+                (*_guard.params([session_id, decision_id]), _dump(_guard.record(record)), _now()),
             )
 
     def append_event(self, event: NewEvent) -> StoredEvent:
+        event = _guard.event(event)
         with self._pool.connection() as conn:
             existing = self._select_event(conn, event.task_id, event.key)
         if existing is not None:
@@ -148,7 +151,7 @@ class SqliteStore(SqlReads):
     def append_events(self, events: Sequence[NewEvent]) -> None:
         if events:
             with self._write() as conn:
-                _insert_events(conn, events)
+                _insert_events(conn, _guard.events(events))
 
     def close(self) -> None:
         self._pool.close()
