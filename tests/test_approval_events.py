@@ -58,6 +58,8 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
         "approval_id": pending["approval_id"],
         "tool": "mcp__web__write",
         "arguments": pending["arguments"],
+        "arguments_sha256": pending["arguments_sha256"],
+        "arguments_bytes": pending["arguments_bytes"],
         "why": pending["why"],
         "where": "round 0 · subtask 1",
         "can_approve_always": True,
@@ -68,6 +70,7 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
         "approval_id": pending["approval_id"],
         "decision": "approve",
         "reason": None,
+        "arguments_sha256": pending["arguments_sha256"],
     }
     tool = next(e for e in store.list_events(handle.id) if e.type == "tool_approved")
     assert requested.seq < reply.seq < tool.seq
@@ -99,7 +102,12 @@ async def test_the_main_agents_denied_call_is_logged_with_the_users_reason(
     assert requested.data["where"] == "main" and requested.data["why"] == "Let me search."
     assert requested.data["can_approve_always"] is False  # the tool asks every time
     assert answered(store, handle.id) == [
-        {"approval_id": pending["approval_id"], "decision": "deny", "reason": "not now"}
+        {
+            "approval_id": pending["approval_id"],
+            "decision": "deny",
+            "reason": "not now",
+            "arguments_sha256": pending["arguments_sha256"],
+        }
     ]
     await keep_history(client, handle.id, "approval_events_main_agent_denied")
 
@@ -128,7 +136,12 @@ async def test_a_call_nobody_answers_is_logged_as_timed_out(
         "approval_answered",
     ]
     assert answered(store, handle.id) == [
-        {"approval_id": pending["approval_id"], "decision": "timed_out", "reason": None}
+        {
+            "approval_id": pending["approval_id"],
+            "decision": "timed_out",
+            "reason": None,
+            "arguments_sha256": None,
+        }
     ]
 
 
@@ -147,7 +160,12 @@ async def test_a_headless_task_logs_the_call_it_could_not_ask_about(
 
     thread = ids.child_workflow_id(handle.id, 0, 1)
     assert answered(store, handle.id) == [
-        {"approval_id": ids.approval_id(thread, 0, 0), "decision": "headless", "reason": None}
+        {
+            "approval_id": ids.approval_id(thread, 0, 0),
+            "decision": "headless",
+            "reason": None,
+            "arguments_sha256": None,
+        }
     ]
     assert not [e for e in approval_events(store, handle.id) if e.type == "approval_requested"]
 
@@ -171,7 +189,14 @@ async def test_a_call_waiting_when_the_task_is_cancelled_is_logged_as_cancelled(
     await eventually(
         lambda: (
             answered(store, handle.id)
-            == [{"approval_id": pending["approval_id"], "decision": "cancelled", "reason": None}]
+            == [
+                {
+                    "approval_id": pending["approval_id"],
+                    "decision": "cancelled",
+                    "reason": None,
+                    "arguments_sha256": None,
+                }
+            ]
         ),
         "the waiting call logged as cancelled",
     )

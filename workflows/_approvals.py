@@ -205,10 +205,15 @@ async def log_requested(task_id: str, request: ApprovalRequest) -> None:
 
 
 async def log_answered(
-    task_id: str, approval_id: str, decision: ApprovalOutcome, reason: str | None = None
+    task_id: str,
+    approval_id: str,
+    decision: ApprovalOutcome,
+    reason: str | None = None,
+    arguments_sha256: str | None = None,
 ) -> None:
     """``approval_answered``: the call waits no more. One per call: when the user's answer and
-    the timeout meet, the first written stands."""
+    the timeout meet, the first written stands. A person's answer records the digest of the
+    arguments it approved or denied."""
     await log_event(
         task_id,
         f"{approval_id}:answered",
@@ -217,4 +222,5 @@ async def log_answered(
         approval_id=approval_id,
         decision=decision,
         reason=reason,
+        arguments_sha256=arguments_sha256,
     )

@@ -171,7 +171,10 @@ class TaskWorkflow:
             # Asked as the run started; an answer taken before (in a continued run's first
             # moments) goes unlogged rather than ask out of turn.
             reason = answer.reason if answer.decision == "deny" else None
-            await log_answered(self.data.task_id, answer.approval_id, answer.decision, reason)
+            digest = settled.request.arguments_sha256 or None
+            await log_answered(
+                self.data.task_id, answer.approval_id, answer.decision, reason, digest
+            )
         await deliver(settled, self.data.session_id)
         return True
 
