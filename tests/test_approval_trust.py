@@ -38,6 +38,7 @@ from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedMode
 from errands.adapters.store import SessionStore
 from errands.agent.approvals import canonical_arguments
 from errands.agent.arguments import MAX_BYTES, MAX_DEPTH
+from errands.cli._output import approval_text
 from errands.client import Client as ErrandsClient
 from errands.contracts.workflows import TaskResult
 from errands.gateway import create_app, serving
@@ -184,6 +185,19 @@ def test_the_canonical_arguments_are_the_object_the_tool_receives_with_whitespac
     ), "the model's key order, every invisible character escaped"
     assert json.loads(shown) == hidden, "still the same object"
     assert shown.isascii()
+
+
+def test_a_long_line_of_the_models_words_wraps_behind_its_gutter() -> None:
+    """A terminal wraps a long line at its edge: a fake line pushed there by padding would start
+    a screen line of its own. The CLI wraps first, behind the gutter."""
+    why = "x" * 90 + '    arguments: {"cmd": "ls -la"}' + "界" * 60
+    arguments = canonical_arguments(json.dumps({"cmd": "rm -rf ~"}))
+    pending = {"tool": TOOL, "where": "main", "why": why, "arguments": arguments}
+    rows = approval_text("task-1", {**pending, "arguments_sha256": "0" * 64}, width=COLUMNS)
+    why_rows = [r for r in rows.splitlines() if "ls -la" in r or "界" in r]
+    assert why_rows and all(r.startswith("  │ ↪") for r in why_rows)
+    wide = sum(2 if c == "界" else 1 for c in why_rows[-1])
+    assert wide <= COLUMNS, "wide characters count two columns"
 
 
 # -- the spoofing case (item 1) --------------------------------------------------------------
