@@ -187,6 +187,13 @@ def test_the_canonical_arguments_are_the_object_the_tool_receives_with_whitespac
     assert shown.isascii()
 
 
+def test_arguments_that_indenting_would_blow_up_are_shown_whole_on_one_line() -> None:
+    deep = '{"a": ' + "[" * 60 + ",".join(["1"] * 100_000) + "]" * 60 + "}"
+    shown = canonical_arguments(deep)
+    assert json.loads(shown) == json.loads(deep) and "\n" not in shown
+    assert len(shown.encode()) < 2 * len(deep), "not 60 levels of indentation per number"
+
+
 def test_a_long_line_of_the_models_words_wraps_behind_its_gutter() -> None:
     """A terminal wraps a long line at its edge: a fake line pushed there by padding would start
     a screen line of its own. The CLI wraps first, behind the gutter."""

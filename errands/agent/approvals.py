@@ -33,10 +33,11 @@ from datetime import datetime
 from errands.agent.arguments import read_arguments
 from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalRequest
 
-INDENTED_MAX_BYTES = 1024 * 1024
+INDENTED_MAX_BYTES = 512 * 1024
 """Past this size the canonical arguments are written on one line instead of indented: deep
 nesting indented two spaces a level could multiply the size of what the user must read (and of
-the payloads that carry it) many times over. Both forms are the whole call."""
+the payloads that carry it) many times over. Both forms are the whole call; the one-line form of
+arguments the parser reads (at most 256 KiB) stays under 1 MiB, escapes included."""
 
 _MAYBE_HIDDEN = re.compile(r"[^\x20-\x7e\n]")
 """Characters worth a closer look: anything but printable ASCII and the layout's newlines."""
@@ -75,10 +76,10 @@ def canonical_arguments(text: str) -> str:
     value = read_arguments(text)
     if isinstance(value, str):
         return reveal(text)
-    written = json.dumps(value, ensure_ascii=False, indent=2)
-    if len(written) > INDENTED_MAX_BYTES:
-        written = json.dumps(value, ensure_ascii=False)
-    return reveal(written)
+    indented = reveal(json.dumps(value, ensure_ascii=False, indent=2))
+    if len(indented) <= INDENTED_MAX_BYTES // 4 or len(indented.encode()) <= INDENTED_MAX_BYTES:
+        return indented
+    return reveal(json.dumps(value, ensure_ascii=False))
 
 
 def reveal(text: str) -> str:
