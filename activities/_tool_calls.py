@@ -30,6 +30,7 @@ from errands.contracts import ids
 from errands.contracts.activities import RunRoundToolInput, RunToolInput, RunToolOutput
 from errands.contracts.messages import NewMessage, ToolCall
 from errands.contracts.rows import StepMeta, ToolResultMeta
+from errands.contracts.text import clean, replaced_note, unstorable
 
 
 async def pinned_for(mcp: McpTools, task_id: str, key: str) -> PinnedTools | None:
@@ -120,6 +121,9 @@ class ToolResult:
 
     def message(self, text: str, is_error: bool) -> NewMessage:
         call = self.call
+        if replaced := unstorable(text):
+            # The store would replace them silently; the model is told what it reads.
+            text = clean(text) + replaced_note(replaced)
         return NewMessage(
             id=self.id,
             session_id=self.session_id,

@@ -16,10 +16,11 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError
 
+from errands.client._input import checked, checked_answers
 from errands.client._queued import ENDED, start_next
 from errands.client._refusals import innermost, kind_of, refusal
 from errands.client._task_calls import TaskCalls
-from errands.contracts import search
+from errands.contracts import limits, search
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
@@ -159,6 +160,9 @@ class TaskHandle(TaskCalls):
         ``question_set_id``: refuse the answer unless that question set is the one pending."""
         if int(dismiss) + int(cancel) + int(bool(answers)) > 1:
             raise InvalidRequest("give answers, or dismiss, or cancel: one of them")
+        answers = checked_answers(answers or {})
+        if question_set_id is not None:
+            checked(question_set_id, "question_set_id", limits.ID_CHARS)
 
         def payload(pending: dict[str, Any]) -> dict[str, Any]:
             if question_set_id and question_set_id != pending["id"]:
@@ -189,6 +193,7 @@ class TaskHandle(TaskCalls):
         task that has ended, it starts that task at once (the receipt's ``task_id``)."""
         if not text.strip():
             raise InvalidRequest("the message is empty; write what the agent should know")
+        checked(text, "text", limits.MESSAGE_CHARS, what="the message")
         if mode not in ("steer", "interrupt", "queue"):
             raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
         description = await self._describe()
@@ -268,6 +273,7 @@ class TaskHandle(TaskCalls):
         the user, or finished)."""
         if not question.strip():
             raise InvalidRequest("the side question is empty; write what you want to know")
+        checked(question, "question", limits.SIDE_QUESTION_CHARS, what="the side question")
         description = await self._describe()
         try:
             if description.status == WorkflowExecutionStatus.RUNNING:

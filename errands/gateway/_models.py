@@ -12,6 +12,7 @@ from errands.agent.validation import (
     SESSION_PATTERN as SESSION_PATTERN,  # the paths' patterns, for _app
 )
 from errands.agent.validation import TASK_PATTERN as TASK_PATTERN
+from errands.contracts import limits
 from errands.contracts.messages import ModelUsage
 
 
@@ -25,10 +26,15 @@ class NewTask(_Request):
     text: str = Field(max_length=MAX_TEXT, description="What the agent should do.")
     model: str | None = Field(
         default=None,
+        max_length=limits.MODEL_SPEC_CHARS,
         description="provider:model of the primary slot (openai:…, anthropic:…, demo); "
         "default: the gateway's ERRANDS_MODEL",
     )
-    fallback_model: str | None = Field(default=None, description="provider:model of the fallback")
+    fallback_model: str | None = Field(
+        default=None,
+        max_length=limits.MODEL_SPEC_CHARS,
+        description="provider:model of the fallback",
+    )
     headless: bool = Field(default=False, description="No one will answer questions.")
 
     @field_validator("text")
@@ -42,12 +48,15 @@ class AnswerRequest(_Request):
 
     answers: dict[str, list[str] | str] = Field(
         default_factory=dict,
+        max_length=limits.ANSWER_ITEMS,
         description='Per question id: offered labels, "Other: your words", or text. '
         "Send {} to dismiss the question without choosing.",
     )
     status: Literal["answered", "cancelled"] = "answered"
     question_set_id: str | None = Field(
-        default=None, description="The pending question's id; default: the one pending now."
+        default=None,
+        max_length=limits.ID_CHARS,
+        description="The pending question's id; default: the one pending now.",
     )
 
     @model_validator(mode="after")
@@ -62,7 +71,7 @@ class AnswerRequest(_Request):
 class MessageRequest(_Request):
     """A message into the running task (as ``errands say``)."""
 
-    text: str = Field(max_length=100_000, description="What the agent should know.")
+    text: str = Field(max_length=limits.MESSAGE_CHARS, description="What the agent should know.")
     mode: Literal["steer", "interrupt", "queue"] = "steer"
 
 
@@ -85,7 +94,9 @@ class ApprovalAccepted(BaseModel):
 
 
 class SideQuestionRequest(_Request):
-    question: str = Field(max_length=10_000, description="What you want to know.")
+    question: str = Field(
+        max_length=limits.SIDE_QUESTION_CHARS, description="What you want to know."
+    )
 
     @field_validator("question")
     @classmethod
