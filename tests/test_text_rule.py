@@ -43,6 +43,7 @@ from errands.errors import InvalidRequest, TaskNotFound
 from errands.gateway import create_app, serving
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
+from tests.conftest import run_cli
 from tests.helpers import final
 from tests.test_store import pg_admin, pg_url_in
 
@@ -316,8 +317,9 @@ async def test_an_mcp_tool_result_with_a_nul_runs_the_tool_once_and_the_task_rep
 
     await replied(stack, handle.task_id)
 
-    assert stack.calls.read_text().count("called") - before == 1
     told = tool_results(scripted.requests_for(name)[1])[0]
+    assert stack.calls.exists(), told
+    assert stack.calls.read_text().count("called") - before == 1, told
     assert told.startswith(f"before{REPLACEMENT}after")
     assert "1 character(s) of this result" in told  # the model is told what was replaced
 
@@ -370,3 +372,15 @@ async def test_an_answer_with_an_unstorable_character_is_refused_before_it_is_se
     with pytest.raises(InvalidRequest) as too_long:
         await task.answer({"q1": "x" * 10_001})
     assert "more than the 10,000 allowed" in too_long.value.message
+
+
+async def test_the_cli_refuses_text_it_cannot_store_in_one_line_with_exit_2(
+    cli_env: dict[str, str],
+) -> None:
+    # A NUL cannot be a command-line argument; bytes that are not UTF-8 arrive as unpaired
+    # surrogates (Python's surrogateescape), the same character the rule refuses.
+    for args in (("run", "Do \udcff it."), ("run", "Hello.", "--model", "openai:" + "x" * 600)):
+        result = await run_cli(cli_env, *args, timeout=WITHIN)
+        assert result.code == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
