@@ -133,10 +133,11 @@ async def test_errands_run_shows_a_tool_call_waiting_for_approval_from_the_log_o
         assert proc.stderr is not None and proc.stdout is not None
         seen = await read_stderr_until(proc, "approve with:")
         task_id = seen.split("errands: task ", 1)[1].split()[0]
-        assert "mcp__web__write (main) waits for your approval:" in seen
-        assert "why: I will note this down." in seen
+        assert "mcp__web__write (main) waits for your approval." in seen
+        assert "  │ I will note this down." in seen
         assert "from the CLI" in seen
-        assert f"approve with: errands approve {task_id} [--always]" in seen
+        assert f"approve with: errands approve {task_id} --sha256 " in seen
+        assert "[--always]" in seen
         approved = await run_cli(env, "approve", task_id)
         assert approved.code == 0, approved.stderr
         rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()

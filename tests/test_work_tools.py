@@ -658,8 +658,9 @@ async def test_the_cli_the_gateway_and_the_client_answer_approvals(
 
     first = await pending_approval(handle)
     shown = await run_cli(cli_env, "status", handle.id)
-    assert "mcp__web__search (main) waits for your approval:" in shown.stdout
-    assert f"approve with: errands approve {handle.id}\n" in shown.stdout
+    assert "mcp__web__search (main) waits for your approval." in shown.stdout
+    pin = f"--sha256 {first['arguments_sha256']}"
+    assert f"approve with: errands approve {handle.id} {pin}\n" in shown.stdout
     approved = await run_cli(cli_env, "approve", handle.id, "--json")
     assert approved.code == 0, approved.stderr
     assert approved.json()["approval_id"] == first["approval_id"]

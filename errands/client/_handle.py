@@ -229,23 +229,41 @@ class TaskHandle(TaskCalls):
             raise refused from None
 
     async def approve(
-        self, *, always: bool = False, approval_id: str | None = None
+        self,
+        *,
+        always: bool = False,
+        approval_id: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> ApprovalReceipt:
         """Let the tool call waiting for approval run; ``always``: every later call of that
         tool in the session too (tools whose approval is ``ask``). ``approval_id``: refuse
-        unless that call is the one waiting."""
+        unless that call is the one waiting. ``arguments_sha256``: refuse unless the waiting
+        call's arguments are the ones with that digest (the ``arguments_sha256`` of the
+        ``pending_approval`` the user read); by default, the digest of the call read here. The
+        receipt says which call was answered (its tool, digest and size)."""
         decision: ApprovalChoice = "approve_always" if always else "approve"
-        return await self._answer_approval(decision, None, approval_id)
+        return await self._answer_approval(decision, None, approval_id, arguments_sha256)
 
     async def deny(
-        self, reason: str | None = None, *, approval_id: str | None = None
+        self,
+        reason: str | None = None,
+        *,
+        approval_id: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> ApprovalReceipt:
-        """Refuse the tool call waiting for approval; the model reads ``reason``."""
-        return await self._answer_approval("deny", reason, approval_id)
+        """Refuse the tool call waiting for approval; the model reads ``reason``.
+        ``approval_id`` and ``arguments_sha256`` as for ``approve``."""
+        return await self._answer_approval("deny", reason, approval_id, arguments_sha256)
 
     async def _answer_approval(
-        self, decision: ApprovalChoice, reason: str | None, approval_id: str | None
+        self,
+        decision: ApprovalChoice,
+        reason: str | None,
+        approval_id: str | None,
+        arguments_sha256: str | None,
     ) -> ApprovalReceipt:
+        digest = _digest(arguments_sha256)
+        answered: dict[str, Any] = {}
 
         def payload(pending: dict[str, Any]) -> ApprovalAnswer:
             if approval_id and approval_id != pending["approval_id"]:
@@ -254,11 +272,17 @@ class TaskHandle(TaskCalls):
                     f"{pending['approval_id']!r} ({pending['tool']}); read it again and answer "
                     "that one"
                 )
+            answered.update(pending)
             return ApprovalAnswer(
-                approval_id=pending["approval_id"], decision=decision, reason=reason
+                approval_id=pending["approval_id"],
+                decision=decision,
+                reason=reason,
+                # The workflow checks the digest: it alone knows the call waiting when the
+                # answer lands.
+                arguments_sha256=digest or pending.get("arguments_sha256") or None,
             )
 
-        return await self._answer_pending(
+        receipt = await self._answer_pending(
             waiting="pending_approval",
             update="answer_approval",
             payload=payload,
@@ -266,6 +290,13 @@ class TaskHandle(TaskCalls):
             what="tool call",
             awaits="approval",
             consequence="there is no tool call to approve",
+        )
+        return receipt.model_copy(
+            update={
+                "tool": answered.get("tool"),
+                "arguments_sha256": answered.get("arguments_sha256") or None,
+                "arguments_bytes": answered.get("arguments_bytes"),
+            }
         )
 
     async def btw(self, question: str) -> SideAnswer:
@@ -324,3 +355,16 @@ class TaskHandle(TaskCalls):
             task_queue=settings.task_queue,
             result_type=SideAnswer,
         )
+
+
+def _digest(value: str | None) -> str | None:
+    """A SHA-256 digest as given (any case, surrounding blanks), or ``InvalidRequest``."""
+    if value is None:
+        return None
+    digest = value.strip().lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise InvalidRequest(
+            f"{value!r} is not a SHA-256 digest: give the 64 hex digits of arguments_sha256 as "
+            "`errands status TASK` shows them"
+        )
+    return digest

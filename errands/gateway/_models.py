@@ -85,12 +85,24 @@ class ApprovalRequestBody(_Request):
     approval_id: str | None = Field(
         default=None, description="The waiting call's id; default: the one waiting now."
     )
+    arguments_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="The SHA-256 of the arguments the user saw (the pending approval's "
+        "arguments_sha256): refused (422) unless the waiting call's arguments are those. "
+        "Default: the call waiting now, whatever its arguments.",
+    )
 
 
 class ApprovalAccepted(BaseModel):
     task_id: str
     approval_id: str
     decision: str
+    tool: str | None = None
+    arguments_sha256: str | None = Field(
+        default=None, description="The digest of the arguments of the call answered."
+    )
+    arguments_bytes: int | None = None
 
 
 class SideQuestionRequest(_Request):

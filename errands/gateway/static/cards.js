@@ -116,7 +116,15 @@ export function showApproval(watch, approval, round) {
   const where = approval.where === "main" ? "the main agent" : approval.where;
   $("approval-where").textContent = `(${where})`;
   $("approval-why").textContent = approval.why || "";
+  $("approval-why-block").hidden = !approval.why;
+  // textContent only: the arguments are shown as the text they are, never as markup.
   $("approval-arguments").textContent = approval.arguments;
+  const size = approval.arguments_bytes;
+  $("approval-size").textContent =
+    size === undefined || size === null ? "size not recorded" : `${size.toLocaleString("en")} bytes`;
+  $("approval-sha256").textContent = approval.arguments_sha256 || "not recorded";
+  form.dataset.sha256 = approval.arguments_sha256 || "";
+  verifyDigest(approval);
   $("approval-always").hidden = !approval.can_approve_always;
   $("approval-reason").value = "";
   $("approval-error").textContent = "";
@@ -126,6 +134,28 @@ export function showApproval(watch, approval, round) {
   if (!watch.noted.has(approval.approval_id)) {
     watch.noted.add(approval.approval_id);
     note(round, `asks to run ${approval.tool}`);
+  }
+}
+
+// Whether the arguments shown hash to the digest shown (crypto.subtle: a secure context only).
+async function verifyDigest(approval) {
+  const mark = $("approval-verified");
+  mark.className = "";
+  mark.textContent = "";
+  if (!approval.arguments_sha256) return;
+  if (!globalThis.crypto?.subtle) {
+    mark.textContent = "(not checked here: this page is not a secure context)";
+    return;
+  }
+  const bytes = new TextEncoder().encode(approval.arguments);
+  const hash = await crypto.subtle.digest("SHA-256", bytes);
+  const hex = Array.from(new Uint8Array(hash), (b) => b.toString(16).padStart(2, "0")).join("");
+  if ($("approval").dataset.approvalId !== approval.approval_id) return; // another call now
+  if (hex === approval.arguments_sha256) {
+    mark.textContent = "✓ matches the arguments shown";
+  } else {
+    mark.className = "mismatch";
+    mark.textContent = `⚠ DOES NOT MATCH the arguments shown (they hash to ${hex}): do not approve`;
   }
 }
 
@@ -147,6 +177,8 @@ export async function sendApproval(decision) {
     await api("POST", taskPath(watch.id, "/approval"), {
       approval_id: id,
       decision,
+      // The digest of what this page showed: the answer is refused for any other arguments.
+      arguments_sha256: $("approval").dataset.sha256 || null,
       reason: decision === "deny" && reason ? reason : null,
     });
     watch.handled.add(id);
