@@ -2,40 +2,161 @@
 // quotes, rules, fenced code, code spans, bold, italic and links (http and https only). It
 // builds nodes and puts every piece of text in a text node, so HTML in the text is shown,
 // never run.
+//
+// Time grows linearly with the text, whatever a model (or a page it quotes) sends: the block
+// patterns are anchored and read a line at most once, inline marks are found by inline.js
+// without searching ahead from every opener, and quotes nest at most MAX_DEPTH deep (deeper
+// ones are shown as written). Live text (renderLive) keeps the blocks already finished and
+// renders again only the block still being written.
 
 import { el } from "./api.js";
+import { MAX_DEPTH, inline, isSpace } from "./inline.js";
 
 const LIST_ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const FENCE = /^\s*(`{3,}|~{3,})\s*([\w+#.-]*)\s*$/;
-const HEADING = /^(#{1,6})\s+(.*?)\s*#*\s*$/;
-const RULE = /^\s*([-*_])(\s*\1){2,}\s*$/;
 const QUOTE = /^\s*>\s?(.*)$/;
 
 export function markdown(text) {
-  const root = document.createDocumentFragment();
-  const lines = String(text || "").replace(/\r\n?/g, "\n").split("\n");
+  return blocks(linesFrom(String(text || ""), 0).lines, 0);
+}
+
+export function renderMarkdown(node, text) {
+  live.delete(node);
+  node.replaceChildren(markdown(text));
+}
+
+// -- live text ------------------------------------------------------------------------------
+
+const live = new WeakMap(); // box -> {text, offset, open, count, first}
+
+// Render `text` into `node`, which holds an earlier render of a text it extends: the finished
+// blocks stay (the same nodes), the open ones are rendered again from where they start. A text
+// that does not extend the last one (a retried attempt) or a box changed by someone else is
+// rendered whole.
+export function renderLive(node, text) {
+  text = String(text || "");
+  let state = live.get(node);
+  const intact =
+    state &&
+    text.startsWith(state.text) &&
+    node.childNodes.length === state.count &&
+    node.firstChild === state.first;
+  if (!intact) {
+    node.replaceChildren();
+    state = { text: "", offset: 0, open: [] };
+  }
+  for (const old of state.open) old.remove();
+  const { lines, starts } = linesFrom(text, state.offset);
+  // A block is finished once every line it looked at (up to one past its end) is followed
+  // by a line break: text added later cannot change it.
+  const complete = lines.length - 1;
+  let offset = state.offset;
+  let finished = true;
+  const open = [];
   let i = 0;
   while (i < lines.length) {
-    const line = lines[i];
-    if (!line.trim()) i += 1;
-    else if (FENCE.test(line)) i = codeBlock(root, lines, i);
-    else if (HEADING.test(line)) i = heading(root, lines, i);
-    else if (RULE.test(line)) { root.append(el("hr")); i += 1; }
-    else if (LIST_ITEM.test(line)) i = listBlock(root, lines, i);
-    else if (QUOTE.test(line)) i = quote(root, lines, i);
-    else i = paragraph(root, lines, i);
+    if (!lines[i].trim()) {
+      i += 1;
+      continue;
+    }
+    const part = document.createDocumentFragment();
+    const end = block(part, lines, i, 0);
+    finished = finished && end + 1 < complete;
+    if (finished) offset = starts[end];
+    else open.push(...part.childNodes);
+    node.append(part);
+    i = end;
+  }
+  live.set(node, { text, offset, open, count: node.childNodes.length, first: node.firstChild });
+}
+
+// The lines of `text` from `from` (a line's start), with where each starts in the text.
+function linesFrom(text, from) {
+  const lines = [];
+  const starts = [];
+  const breaks = /\r\n?|\n/g;
+  breaks.lastIndex = from;
+  let start = from;
+  for (let m = breaks.exec(text); m; m = breaks.exec(text)) {
+    lines.push(text.slice(start, m.index));
+    starts.push(start);
+    start = m.index + m[0].length;
+  }
+  lines.push(text.slice(start));
+  starts.push(start);
+  return { lines, starts };
+}
+
+// -- blocks ---------------------------------------------------------------------------------
+
+function blocks(lines, depth) {
+  const root = document.createDocumentFragment();
+  let i = 0;
+  while (i < lines.length) {
+    if (!lines[i].trim()) i += 1;
+    else i = block(root, lines, i, depth);
   }
   return root;
 }
 
-function startsBlock(line) {
-  return [FENCE, HEADING, RULE, LIST_ITEM, QUOTE].some((block) => block.test(line));
+// One block starting at line i, appended to root; returns the line after it.
+function block(root, lines, i, depth) {
+  const line = lines[i];
+  if (FENCE.test(line)) return codeBlock(root, lines, i);
+  const head = headingOf(line);
+  if (head) {
+    // The text sits under the page's own h3s: a model's "#" is an h4.
+    root.append(el(`h${Math.min(6, head.level + 3)}`, {}, inline(head.text)));
+    return i + 1;
+  }
+  if (isRule(line)) {
+    root.append(el("hr"));
+    return i + 1;
+  }
+  if (LIST_ITEM.test(line)) {
+    const [node, next] = parseList(lines, i, indentOf(line));
+    root.append(node);
+    return next;
+  }
+  if (QUOTE.test(line)) return quote(root, lines, i, depth);
+  return paragraph(root, lines, i);
 }
 
-function listBlock(root, lines, i) {
-  const [node, next] = parseList(lines, i, indentOf(lines[i]));
-  root.append(node);
-  return next;
+function startsBlock(line) {
+  return (
+    FENCE.test(line) || !!headingOf(line) || isRule(line) || LIST_ITEM.test(line) || QUOTE.test(line)
+  );
+}
+
+// "#" to "######", white space, the text; a closing run of "#" after white space is dropped.
+function headingOf(line) {
+  let level = 0;
+  while (line[level] === "#") level += 1;
+  if (level < 1 || level > 6 || !isSpace(line[level])) return null;
+  let start = level;
+  while (start < line.length && isSpace(line[start])) start += 1;
+  let end = line.length;
+  while (end > start && isSpace(line[end - 1])) end -= 1;
+  let hashes = end;
+  while (hashes > start && line[hashes - 1] === "#") hashes -= 1;
+  if (hashes < end && (hashes === start || isSpace(line[hashes - 1]))) {
+    end = hashes;
+    while (end > start && isSpace(line[end - 1])) end -= 1;
+  }
+  return { level, text: line.slice(start, end) };
+}
+
+// Three or more of one of "-", "*", "_", with white space anywhere between.
+function isRule(line) {
+  let mark = null;
+  let count = 0;
+  for (const ch of line) {
+    if (isSpace(ch)) continue;
+    if (mark === null && "-*_".includes(ch)) mark = ch;
+    if (ch !== mark) return false;
+    count += 1;
+  }
+  return count >= 3;
 }
 
 function indentOf(line) {
@@ -53,17 +174,13 @@ function codeBlock(root, lines, i) {
   return i + 1; // past the closing fence (or the end: an unclosed fence runs to the end)
 }
 
-function heading(root, lines, i) {
-  const [, hashes, text] = lines[i].match(HEADING);
-  // The text sits under the page's own h3s: a model's "#" is an h4.
-  root.append(el(`h${Math.min(6, hashes.length + 3)}`, {}, inline(text)));
-  return i + 1;
-}
-
-function quote(root, lines, i) {
+function quote(root, lines, i, depth) {
   const inner = [];
   while (i < lines.length && QUOTE.test(lines[i])) inner.push(lines[i++].match(QUOTE)[1]);
-  root.append(el("blockquote", {}, markdown(inner.join("\n"))));
+  // Nested deeper than MAX_DEPTH, the rest of the quote is shown as written.
+  const body =
+    depth < MAX_DEPTH ? blocks(inner, depth + 1) : el("p", {}, inline(inner.join("\n")));
+  root.append(el("blockquote", {}, body));
   return i;
 }
 
@@ -122,53 +239,4 @@ function parseList(lines, i, indent) {
   }
   flush();
   return [list, i];
-}
-
-const INLINE = new RegExp(
-  [
-    /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/.source, // 1, 2: a code span
-    /\[([^\]\n]+)\]\(\s*<?([^\s<>()]+)>?\s*\)/.source, // 3, 4: a link
-    /\*\*(?=\S)([\s\S]*?\S)\*\*/.source, // 5: bold
-    /(?<!\w)__(?=\S)([\s\S]*?\S)__(?!\w)/.source, // 6: bold
-    /\*(?=[^\s*])([\s\S]*?[^\s*])\*/.source, // 7: italic
-    /(?<!\w)_(?=[^\s_])([\s\S]*?[^\s_])_(?!\w)/.source, // 8: italic
-    /(https?:\/\/[^\s<>"'`]*[^\s<>"'`.,;:!?)\]])/.source, // 9: a bare address
-  ].join("|"),
-  "g",
-);
-
-function inline(text) {
-  const out = document.createDocumentFragment();
-  let last = 0;
-  for (const m of text.matchAll(INLINE)) {
-    if (m.index > last) out.append(text.slice(last, m.index));
-    out.append(inlineNode(m));
-    last = m.index + m[0].length;
-  }
-  out.append(text.slice(last));
-  return out;
-}
-
-function inlineNode(m) {
-  if (m[1]) return el("code", {}, m[2]);
-  if (m[3] !== undefined) return link(m[4], inline(m[3]), m[0]);
-  if (m[5] !== undefined || m[6] !== undefined) return el("strong", {}, inline(m[5] ?? m[6]));
-  if (m[7] !== undefined || m[8] !== undefined) return el("em", {}, inline(m[7] ?? m[8]));
-  return link(m[9], m[9], m[9]);
-}
-
-function link(href, content, literal) {
-  let url = null;
-  try {
-    url = new URL(href);
-  } catch (error) {
-    url = null; // a relative or malformed address: shown as written
-  }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) return literal;
-  const attrs = { href: url.href, target: "_blank", rel: "noopener noreferrer nofollow" };
-  return el("a", attrs, content);
-}
-
-export function renderMarkdown(node, text) {
-  node.replaceChildren(markdown(text));
 }

@@ -3,7 +3,7 @@
 
 import { $, el } from "./api.js";
 import { hideApproval, hideQuestion, showApproval, waitsForUser } from "./cards.js";
-import { renderMarkdown } from "./markdown.js";
+import { renderLive, renderMarkdown } from "./markdown.js";
 import { page } from "./page.js";
 import { loadConversation } from "./sessions.js";
 import { countTokens, finish, loadQuestion, setStatus, showReceipt } from "./task.js";
@@ -188,7 +188,7 @@ function showLive(watch, where) {
   if (branch) {
     const card = branchCard(branch.round, branch.ordinal);
     if (card.dataset.status === "completed" || card.dataset.status === "failed") return;
-    renderMarkdown(card.querySelector(".branch-text"), text);
+    renderLive(card.querySelector(".branch-text"), text); // only the block being written
     return;
   }
   if (watch.final) return;
@@ -196,7 +196,7 @@ function showLive(watch, where) {
   $("reply-writing").hidden = !text;
   $("reply").dataset.state = "writing";
   $("reply").setAttribute("aria-busy", "true"); // read it out once it is written
-  renderMarkdown($("reply"), text);
+  renderLive($("reply"), text); // finished blocks stay; only the one being written is redone
 }
 
 function toolLine(watch, e, state, label) {
