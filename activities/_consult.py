@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._context import ContextFitter, SessionView
+from activities._context import ContextFitter, ResultLimit, SessionView
 from activities._events import preview, record
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
@@ -47,9 +47,10 @@ class ConsultActivities:
         self._fitter = ContextFitter(store, router)
 
     def _build(
-        self, step: RoundStepInput, previews: int = NONE
+        self, step: RoundStepInput, previews: int = NONE, limit: ResultLimit | None = None
     ) -> tuple[ModelRequest, int, SessionView]:
-        return round_request(self._store, self._types, step, previews, self._main_tools)
+        limit = limit or self._fitter.result_limit(step.model)  # the round's model: its limit
+        return round_request(self._store, self._types, step, previews, self._main_tools, limit)
 
     async def _round_request(self, step: RoundStepInput) -> ModelRequest:
         """The round's request as the round rendered it: from the same summary, with the same
@@ -59,7 +60,7 @@ class ConsultActivities:
             request, _, _ = await asyncio.to_thread(self._build, step)
             return request
         fitting = self._fitter.fitting(
-            step.model, lambda previews: self._build(step, previews), compact=False
+            step.model, lambda previews, limit: self._build(step, previews, limit), compact=False
         )
         request, _ = await fitting.fit()
         return request

@@ -81,12 +81,15 @@ def session_view(
     return SessionView(session_id, summary, [r for r in rows if r.kind != SUMMARY_KIND])
 
 
-Build = Callable[[int], tuple[ModelRequest, int, SessionView]]
+ResultLimit = Callable[[int], int]
+"""The most bytes one tool result may take in a request that reserves the given output tokens
+(``errands.agent.context.result_bytes`` on the request's model)."""
+Build = Callable[[int, ResultLimit], tuple[ModelRequest, int, SessionView]]
+"""Builds the request from the store as it is now, bulky outputs as previews to the level
+asked (``errands.agent.reading``) and the round's own tool results within the limit (blocking):
+the request, its catalog's size, and the view of the session it rendered."""
 Logger = Callable[[StoredMessage], None]
 """Told of a stored summary row."""
-"""Builds the request from the store as it is now, bulky outputs as previews to the level
-asked (``errands.agent.reading``; blocking): the request, its catalog's size, and the view of the
-session it rendered."""
 
 
 class ContextFitter:
@@ -104,6 +107,13 @@ class ContextFitter:
         questions, the advisor), so they render what the round rendered and write nothing.
         ``log`` hears of each summary row stored (for the event log). Blocking ``log``."""
         return Fitting(self, model, build, compact, log=log)
+
+    def result_limit(self, model: str) -> ResultLimit:
+        """How many bytes one tool result may take in a request to ``model``, by the output
+        tokens the request reserves: ``ERRANDS_TOOL_RESULT_PERCENT`` of its input budget."""
+        info = self._router.model_info(model)
+        percent = self._router.settings.tool_result_percent
+        return lambda max_output_tokens: context.result_bytes(info, max_output_tokens, percent)
 
     def budget(self, model: str, request: ModelRequest, window: int | None = None) -> int:
         """``request``'s input budget on ``model``: its catalog window, or the smaller
@@ -283,7 +293,8 @@ class Fitting:
         """The request, and its catalog's size, once it fits."""
         compact_now = self.refusals > self.compactions  # a refusal since the last compaction
         while True:
-            request, catalog_size, view = await asyncio.to_thread(self.build, self.previews)
+            limit = self.fitter.result_limit(self.model)
+            request, catalog_size, view = await asyncio.to_thread(self.build, self.previews, limit)
             self.request, self.view = request, view
             budget = self.fitter.budget(self.model, request, self.window)
             over = self.fitter.over(self.model, request, budget)

@@ -100,7 +100,9 @@ class ModelActivities:
         main_tools = list(self._main_tools.values())
         fitting = self._fitter.fitting(
             data.model,
-            lambda previews: round_request(self._store, self._types, data, previews, main_tools),
+            lambda previews, limit: round_request(
+                self._store, self._types, data, previews, main_tools, limit
+            ),
             log=compactions(self._store, data.task_id, MAIN),
         )
         await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
@@ -161,7 +163,7 @@ class ModelActivities:
             )
         fitting = self._fitter.fitting(
             data.model,
-            lambda previews: self._branch_request(data, previews, pinned),
+            lambda previews, _: self._branch_request(data, previews, pinned),
             log=compactions(self._store, data.task_id, branch_of(data.thread_id)),
         )
         where = branch_of(data.thread_id)

@@ -4,7 +4,7 @@ messages (the side question's prompt-cache parity depends on it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from activities._context import SessionView, session_view
@@ -16,7 +16,14 @@ from errands.agent.asking import ask_user_spec
 from errands.agent.catalog import render_session
 from errands.agent.context import messages_bytes
 from errands.agent.control import delegate_spec, final_reply_spec
-from errands.agent.reading import NONE, READ_MESSAGE, read_message_spec
+from errands.agent.reading import (
+    ALL,
+    NONE,
+    PREVIEW_OVER,
+    READ_MESSAGE,
+    read_message_spec,
+    result_preview,
+)
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
 from errands.contracts.activities import RoundStepInput
@@ -29,10 +36,11 @@ def round_request(
     data: RoundStepInput,
     previews: int = NONE,
     main_tools: Sequence[WorkTool] = (),
+    result_limit: Callable[[int], int] | None = None,
 ) -> tuple[ModelRequest, int, SessionView]:
     """The round's request, the size of its catalog, and the view of the session it renders
-    (from the latest compaction summary on; bulky outputs as ``previews`` says).
-    Blocking: call it from a thread."""
+    (from the latest compaction summary on; bulky outputs as ``previews`` says; the round's own
+    tool results within ``result_limit``, see ``stored_texts``). Blocking: call it from a thread."""
     if data.view is not None:  # pinned: exactly what the round's step rendered
         previews = data.view.previews
     view = session_view(store, data.session_id, data.upto_seq, data.view)
@@ -41,6 +49,8 @@ def round_request(
     pinned = pinned_tools(store, data.task_id)
     delegable = data.final_reason is None and bool(installed)
     # Control tools first (the order is part of the prompt), then work tools.
+    limit = result_limit(data.max_output_tokens) if result_limit is not None else None
+    extra, previewed = stored_texts(store, data.extra, limit, previews)
     tools = [final_reply_spec()]
     if delegable:
         tools.append(delegate_spec([t.info() for t in installed], data.max_subtasks))
@@ -51,14 +61,14 @@ def round_request(
         tools += [t.spec for t in main_tools]  # the main agent's Python tools, then MCP's
         if pinned is not None:
             tools += [t.spec() for t in pinned.offered(MAIN)]
-        if rendered.previewed or any(m.tool_name == READ_MESSAGE for m in data.extra):
+        if rendered.previewed or previewed or any(m.tool_name == READ_MESSAGE for m in data.extra):
             tools.append(read_message_spec())
     request = ModelRequest(
         system=prompts.round_instructions(
             installed, data.max_subtasks, delegable=delegable, final_reason=data.final_reason
         )
         + (prompts.tools_unavailable(pinned.unavailable(MAIN)) if pinned is not None else ""),
-        messages=rendered.messages + stored_texts(store, data.extra),
+        messages=rendered.messages + extra,
         tools=tools,
         tool_choice="required",
         max_output_tokens=data.max_output_tokens,
@@ -77,13 +87,34 @@ def pinned_tools(store: SessionStore, task_id: str) -> PinnedTools | None:
     return PinnedTools.model_validate_json(row.text) if row is not None else None
 
 
-def stored_texts(store: SessionStore, messages: list[Message]) -> list[Message]:
-    """``messages`` with the text of those held in the store read back. Blocking."""
+def stored_texts(
+    store: SessionStore, messages: list[Message], limit: int | None = None, previews: int = NONE
+) -> tuple[list[Message], bool]:
+    """``messages`` with the text of those held in the store read back: a tool result over
+    ``limit`` bytes as its preview (``result_preview``, numbered by its row in the task's
+    results); with ``previews`` at ``ALL``, also every result of an earlier step over
+    ``PREVIEW_OVER``, the pages ``read_message`` showed among them; and whether any result is
+    shown as a preview. Blocking."""
+    latest = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     out = []
-    for message in messages:
+    previewed = False
+    for index, message in enumerate(messages):
         if message.stored is not None:
             row = store.get(message.stored)
             text = row.text if row is not None else "(this result is no longer in the store)"
+            if row is not None:
+                shown = text if message.tool_name == READ_MESSAGE else None  # what was asked for
+                if shown is None and limit is not None and _utf8_over(text, limit):
+                    text, previewed = result_preview(text, row.seq, limit), True
+                elif previews == ALL and index < latest and len(text) > PREVIEW_OVER:
+                    text, previewed = result_preview(text, row.seq, PREVIEW_OVER), True
             message = message.model_copy(update={"text": text, "stored": None})
         out.append(message)
-    return out
+    return out, previewed
+
+
+def _utf8_over(text: str, limit: int) -> bool:
+    """Whether ``text`` takes more than ``limit`` bytes of UTF-8 (counted only when it might)."""
+    if len(text) > limit:
+        return True
+    return len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit

@@ -239,7 +239,8 @@ class SessionActivities:
         stored = self._store.get(data.result_id)
         if stored is not None:
             return ToolResultMeta.of(stored).is_error
-        text, is_error = read_stored(self._store, data.session_id, data.arguments)
+        results = ids.reads_session_id(data.task_id)
+        text, is_error = read_stored(self._store, data.session_id, data.arguments, results)
         self._store.append_once(
             NewMessage(
                 id=data.result_id,

@@ -144,12 +144,16 @@ class ToolActivities:
         types: dict[str, SubtaskType],
         mcp_tools: McpTools | None = None,
         main_tools: Sequence[WorkTool] = (),
+        *,
+        result_max_bytes: int = reading.RESULT_MAX_BYTES,
     ) -> None:
         self._store = store
         self._types = types
         self._mcp = mcp_tools if mcp_tools is not None else McpTools(store, {})
         self._main_tools = {t.spec.name: t for t in main_tools}
         """The main agent's Python tools, by name."""
+        self._result_max_bytes = result_max_bytes
+        """The most bytes of one result stored (``ERRANDS_TOOL_RESULT_MAX_BYTES``)."""
 
     async def _pinned(self, task_id: str, key: str) -> PinnedTools | None:
         return await pinned_for(self._mcp, task_id, key)
@@ -201,6 +205,7 @@ class ToolActivities:
             else:
                 await events.requested(approved=approved)
                 text, is_error = await run()
+                text = reading.capped_result(text, self._result_max_bytes)
         except asyncio.CancelledError:
             if cancel_requested():
                 cancelled = result.message(prompts.TOOL_CANCELLED, True)
@@ -244,7 +249,9 @@ class ToolActivities:
         """An MCP call's text and whether it is an error. A server that cannot be reached is
         raised for Temporal to retry, except on the last attempt, which tells the model."""
         try:
-            outcome = await self._mcp.call(tool, arguments, key=key, timeout=timeout)
+            outcome = await self._mcp.call(
+                tool, arguments, key=key, timeout=timeout, max_bytes=self._result_max_bytes
+            )
         except TimeoutError as error:
             return prompts.tool_timed_out(tool.name, str(error)), True
         except ConnectionError as error:

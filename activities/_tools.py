@@ -137,11 +137,18 @@ class McpTools:
         return PinnedServer.model_validate({"tools": tools, "for": config.for_, "approval": asked})
 
     async def call(
-        self, offered: OfferedTool, arguments: dict[str, object], *, key: str, timeout: float
+        self,
+        offered: OfferedTool,
+        arguments: dict[str, object],
+        *,
+        key: str,
+        timeout: float,
+        max_bytes: int | None = None,
     ) -> ToolOutcome:
         """Call a pinned tool; ``key`` is the call's idempotency key. ``ConnectionError`` when
         the server cannot be reached (the caller retries), ``TimeoutError`` when it did not
-        answer within ``timeout`` or the server's own ``timeout_seconds``."""
+        answer within ``timeout`` or the server's own ``timeout_seconds``. ``max_bytes``: about
+        how much of the server's answer is read (the rest is said to be dropped)."""
         config = self._servers.get(offered.server)
         if config is None:
             return ToolOutcome(
@@ -160,6 +167,7 @@ class McpTools:
             idempotency_key=key,
             timeout=min(timeout, config.timeout_seconds),
             server=offered.server,
+            max_bytes=max_bytes,
         )
 
 

@@ -195,7 +195,9 @@ def build_activities(
     session = SessionActivities(store, types)
     mcp = McpTools(store, mcp_servers or {})
     models = ModelActivities(store, router, types, mcp, tools)
-    tool_calls = ToolActivities(store, types, mcp, tools)
+    tool_calls = ToolActivities(
+        store, types, mcp, tools, result_max_bytes=router.settings.tool_result_max_bytes
+    )
     consult = ConsultActivities(store, router, types, tools)
     return [
         session.open_task,

@@ -57,6 +57,15 @@ def input_budget(info: ModelInfo, max_output_tokens: int) -> int:
     return max(0, math.floor(info.context_window * (1 - MARGIN)) - reserved)
 
 
+def result_bytes(info: ModelInfo, max_output_tokens: int, percent: int) -> int:
+    """The most UTF-8 bytes one tool result may take in a request to ``info``'s model:
+    ``percent`` of its input budget, estimated at ``START_BYTES_PER_TOKEN`` (never less than
+    2,000 bytes). The uncalibrated ratio keeps the figure the same for every request built from
+    one round (its step, its advisor, a later side question), so they render one text."""
+    budget = input_budget(info, max_output_tokens)
+    return max(2_000, math.floor(budget * percent / 100 * START_BYTES_PER_TOKEN))
+
+
 def request_bytes(request: ModelRequest) -> int:
     """The size of what a request asks the model to read: system text, tool schemas, messages."""
     size = len(request.system.encode())

@@ -11,6 +11,8 @@ Pure functions: the workflows import this module.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from errands.agent.arguments import parse_arguments
 from errands.contracts.messages import StoredMessage, ToolSpec
 from errands.errors import ModelMistake
@@ -25,6 +27,12 @@ PREVIEW_KEEP = 1_200
 """Characters a preview keeps from the start of the output."""
 PAGE_CHARS = 16_000
 """Characters one ``read_message`` result shows: a longer text comes in pages."""
+RESULT_MAX_BYTES = 4 * 1024 * 1024
+"""The most UTF-8 bytes of one tool result stored, by default
+(``ERRANDS_TOOL_RESULT_MAX_BYTES``)."""
+RESULT_PERCENT = 25
+"""The share of an input budget, in percent, one tool result may take in a request, by default
+(``ERRANDS_TOOL_RESULT_PERCENT``)."""
 
 
 def preview(text: str, ref: int) -> str:
@@ -38,49 +46,119 @@ def preview(text: str, ref: int) -> str:
     )
 
 
+def result_preview(text: str, number: int, limit_bytes: int) -> str:
+    """A tool result too big for its request (over ``limit_bytes`` of UTF-8), as the request
+    shows it: its head and its tail, what was left out between them, and the ``read_message``
+    call (``result`` = ``number``) that pages through the whole of it. Fits in ``limit_bytes``."""
+    pages = max(1, -(-len(text) // PAGE_CHARS))
+    head_chars = max(200, min(limit_bytes // 2, 8_000))
+    tail_chars = max(100, min(limit_bytes // 4, 2_000))
+    head_chars, tail_chars = _fitting(text, head_chars, tail_chars, limit_bytes)
+    left_out = len(text) - head_chars - tail_chars
+    marker = (
+        f"\n… [{left_out:,} of this result's {len(text):,} characters are left out here; "
+        f"read_message(result {number}) shows all of it in {pages:,} page(s) of "
+        f'{PAGE_CHARS:,} characters: call read_message with {{"result": {number}, "page": 1}} '
+        "and go on with the next page] …\n"
+    )
+    return text[:head_chars] + marker + text[len(text) - tail_chars :]
+
+
+def _fitting(text: str, head: int, tail: int, limit_bytes: int) -> tuple[int, int]:
+    """As many characters of head and tail as asked while they take at most three quarters of
+    ``limit_bytes`` in UTF-8 (the marker takes the rest), halved until they do."""
+    while head > 50 and len((text[:head] + text[-tail:]).encode()) > limit_bytes * 3 // 4:
+        head, tail = head // 2, max(50, tail // 2)
+    return head, tail
+
+
 def read_message_spec() -> ToolSpec:
     return ToolSpec(
         name=READ_MESSAGE,
         description=(
             "Show the full text of an earlier output shown shortened, with a marker like "
             "'read_message(ref 12) shows all'. `ref` is the number in that marker (not a "
-            f"[ref N] citation). Texts longer than {PAGE_CHARS:,} characters come in pages: "
-            "ask for the next `page` to go on."
+            "[ref N] citation); for a marker like 'read_message(result 3)', send `result` "
+            f"instead. Texts longer than {PAGE_CHARS:,} characters come in pages: ask for the "
+            "next `page` to go on."
         ),
         parameters={
             "type": "object",
             "properties": {
                 "ref": {"type": "integer", "minimum": 1},
+                "result": {"type": "integer", "minimum": 1},
                 "page": {"type": "integer", "minimum": 1},
             },
-            "required": ["ref"],
             "additionalProperties": False,
         },
     )
 
 
-def parse_read(arguments: str) -> tuple[int, int] | str:
-    """``(ref, page)`` from a call's arguments, or what is wrong with them."""
+class Read(NamedTuple):
+    """What a ``read_message`` call asks for: page ``page`` of the output numbered ``ref``."""
+
+    ref: int
+    page: int
+
+    @property
+    def result(self) -> bool:
+        return False
+
+    @property
+    def name(self) -> str:
+        return f"ref {self.ref}"
+
+
+class ResultRead(Read):
+    """A call that names a ``result``: a tool result of the round in progress, numbered in the
+    task's own results rather than in the session."""
+
+    __slots__ = ()
+
+    @property
+    def result(self) -> bool:
+        return True
+
+    @property
+    def name(self) -> str:
+        return f"result {self.ref}"
+
+
+def parse_read(arguments: str) -> Read | str:
+    """What a call's arguments ask for, or what is wrong with them."""
     try:
         raw = parse_arguments(arguments, tool=READ_MESSAGE, send='an object like {"ref": 12}')
     except ModelMistake as error:
         return str(error)
-    ref, page = raw.get("ref"), raw.get("page", 1)
+    page = raw.get("page", 1)
+    if "result" in raw and "ref" not in raw:
+        number = raw["result"]
+        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+            return "`result` must be the number a 'read_message(result N)' marker names, such as 3."
+        if not isinstance(page, int) or isinstance(page, bool) or page < 1:
+            return "`page` must be a whole number from 1."
+        return ResultRead(number, page)
+    ref = raw.get("ref")
     if not isinstance(ref, int) or isinstance(ref, bool) or ref < 1:
         return "`ref` must be the number a 'read_message(ref N)' marker names, such as 12."
     if not isinstance(page, int) or isinstance(page, bool) or page < 1:
         return "`page` must be a whole number from 1."
-    return ref, page
+    return Read(ref, page)
 
 
-def read_page(row: StoredMessage | None, ref: int, page: int) -> tuple[str, bool]:
-    """One page of a stored output, headed by where it stands; and whether it is an error."""
+def read_page(row: StoredMessage | None, ref: int | Read, page: int = 1) -> tuple[str, bool]:
+    """One page of a stored output, headed by where it stands; and whether it is an error.
+    ``ref``: its number, or the whole ``Read`` (then ``page`` is its own)."""
+    if isinstance(ref, Read):
+        ref, page, name = ref.ref, ref.page, ref.name
+    else:
+        name = f"ref {ref}"
     if row is None or not row.text:
-        missing = f"There is no output with ref {ref}; use the number a read_message marker names."
+        missing = f"There is no output with {name}; use the number a read_message marker names."
         return missing, True
     pages = max(1, -(-len(row.text) // PAGE_CHARS))
     if page > pages:
-        beyond = f"ref {ref} has {pages} page(s) of {PAGE_CHARS:,} characters: ask for 1-{pages}."
+        beyond = f"{name} has {pages} page(s) of {PAGE_CHARS:,} characters: ask for 1-{pages}."
         return beyond, True
     start = (page - 1) * PAGE_CHARS
     text = row.text[start : start + PAGE_CHARS]
@@ -88,10 +166,34 @@ def read_page(row: StoredMessage | None, ref: int, page: int) -> tuple[str, bool
         return text, False
     more = f"; page {page + 1} goes on" if page < pages else "; the last page"
     head = (
-        f"(ref {ref}, page {page} of {pages}: characters {start + 1:,}-{start + len(text):,} of "
+        f"({name}, page {page} of {pages}: characters {start + 1:,}-{start + len(text):,} of "
         f"{len(row.text):,}{more})\n"
     )
     return head + text, False
+
+
+def capped_result(text: str, max_bytes: int, *, read_bytes: int | None = None) -> str:
+    """A tool result as it is stored: ``text`` itself when it takes at most ``max_bytes`` of
+    UTF-8, else its start cut to fit, ending with a note that tells the model how much was
+    dropped (the dropped part is gone: not even ``read_message`` shows it). ``read_bytes``: the
+    size of the whole result when more was sent than ``text`` holds (a transport that stopped
+    reading)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size <= max_bytes and read_bytes is None:
+        return text
+    what = f"the tool's answer was {read_bytes:,}" if read_bytes else f"this result was {size:,}"
+
+    def note(kept: int) -> str:
+        return (
+            f"\n[errands: {what} bytes long; only the first {kept:,} bytes of its text were "
+            "kept (ERRANDS_TOOL_RESULT_MAX_BYTES) and the rest was dropped: nothing can show "
+            "it. If you need more of it, ask the tool for a narrower or paged answer.]"
+        )
+
+    room = max(0, max_bytes - len(note(max_bytes).encode()))
+    if size > room:
+        text = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
+    return text + note(len(text.encode("utf-8", "surrogatepass")))
 
 
 TRUNCATION_MARK = " […truncated]"

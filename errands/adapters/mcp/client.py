@@ -20,9 +20,10 @@ This module imports nothing from Temporal: activities call it. Importing it impo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
@@ -31,11 +32,12 @@ import anyio
 import httpx2
 from mcp import types
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from errands.adapters.mcp._stdio import OVERSIZED, Oversized, bounded_stdio
 from errands.adapters.mcp.config import (
     IDEMPOTENCY_META_KEY,
     SETTING,
@@ -43,6 +45,7 @@ from errands.adapters.mcp.config import (
     McpTool,
     ToolOutcome,
 )
+from errands.agent.reading import capped_result
 
 _CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
 T = TypeVar("T")
@@ -83,6 +86,32 @@ def _base64_size(data: str) -> int:
     """The decoded size of base64 text, without decoding it."""
     data = "".join(data.split())
     return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+
+
+_ENVELOPE = 64 * 1024
+"""Bytes of an answer beside its text (JSON-RPC framing, other blocks) read on top of the text."""
+_TEXT = re.compile(rb'"text"\s*:\s*"')
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*')
+
+
+def head_text(oversized: Oversized, max_bytes: int | None) -> str:
+    """The text of the first text block of an answer the transport stopped reading, as far as
+    its head holds it, cut and marked as ``capped_result`` does."""
+    head = oversized.head
+    found = _TEXT.search(head)
+    body = head[found.end() :] if found else b""
+    raw = _STRING_BODY.match(body)
+    assert raw is not None  # the pattern matches the empty string
+    whole = raw.end() < len(body)  # its closing quote is in the head
+    text = ""
+    for cut in range(7):  # a cut escape or a cut UTF-8 character at the end
+        try:
+            text = json.loads(b'"' + raw.group()[: len(raw.group()) - cut] + b'"')
+            break
+        except ValueError:
+            continue
+    limit = max_bytes if max_bytes is not None else len(head)
+    return capped_result(text, limit, read_bytes=None if whole else oversized.size)
 
 
 # -- the client ----------------------------------------------------------------------------------
@@ -127,8 +156,13 @@ async def call_tool(
     idempotency_key: str,
     timeout: float,
     server: str | None = None,
+    max_bytes: int | None = None,
 ) -> ToolOutcome:
     """Call the server-side tool ``tool`` with ``arguments``.
+
+    ``max_bytes``: the most bytes of the result's text kept; a longer one is cut, the cut said
+    at its end (``errands.agent.reading.capped_result``), and a stdio server's answer is read
+    no further than about twice that (its JSON may repeat the text as structured content).
 
     The request's ``_meta`` carries ``{"errands/idempotency_key": idempotency_key}``, so a server
     can recognise a call errands retries. A tool ``config.tools`` does not allow is refused
@@ -147,6 +181,8 @@ async def call_tool(
         try:
             result = await session.call_tool(tool, arguments, meta=meta, allow_input_required=True)
         except MCPError as error:
+            if exchange.oversized.size and error.code in (OVERSIZED, types.CONNECTION_CLOSED):
+                return ToolOutcome(text=head_text(exchange.oversized, max_bytes), is_error=False)
             if not _answers_the_call(error, exchange):
                 raise  # the transport failed, not the call: _exchange names the cause
             return ToolOutcome(text=f"{error.message} (MCP error {error.code})", is_error=True)
@@ -157,9 +193,13 @@ async def call_tool(
                 text="the tool asked for more input (elicitation), which errands cannot give",
                 is_error=True,
             )
-        return tool_outcome(result)
+        outcome = tool_outcome(result)
+        if max_bytes is not None:
+            outcome.text = capped_result(outcome.text, max_bytes)
+        return outcome
 
-    return await _exchange(config, server, timeout, call)
+    line = None if max_bytes is None else 2 * max_bytes + _ENVELOPE
+    return await _exchange(config, server, timeout, call, max_line=line)
 
 
 def _answers_the_call(error: MCPError, exchange: _Exchange) -> bool:
@@ -192,6 +232,10 @@ class _Exchange:
     """The status of the last POST, when it was an error (400 or above)."""
     failure: ConnectionError | None = None
     """A failure raised inside the session, already worded."""
+    max_line: int | None = None
+    """The most bytes of one answer a stdio transport reads (None: no bound)."""
+    oversized: Oversized = field(default_factory=Oversized)
+    """The head of an answer longer than ``max_line``, when the server sent one."""
 
     async def record(self, response: httpx2.Response) -> None:
         if response.request.method == "POST":
@@ -204,9 +248,11 @@ async def _exchange(
     server: str | None,
     timeout: float,
     action: Callable[[ClientSession, _Exchange], Awaitable[T]],
+    *,
+    max_line: int | None = None,
 ) -> T:
     """Open a session, run ``action`` on it, close it; transport failures become the builtins."""
-    exchange = _Exchange(label=_label(config, server))
+    exchange = _Exchange(label=_label(config, server), max_line=max_line)
     try:
         with anyio.fail_after(timeout):
             async with _session(config, exchange, timeout) as session:
@@ -248,7 +294,7 @@ async def _streams(
         parameters = StdioServerParameters(
             command=program, args=arguments, env=config.env or None, cwd=config.cwd
         )
-        async with stdio_client(parameters) as streams:
+        async with bounded_stdio(parameters, exchange.max_line, exchange.oversized) as streams:
             yield streams
         return
     assert config.url is not None
