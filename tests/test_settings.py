@@ -21,7 +21,7 @@ pytestmark = pytest.mark.fast
 
 VARIABLES = [info.alias for info in Settings.model_fields.values()]
 OPENAI_KEY = "sk-proj-" + "Zq7" * 10
-TOKEN = "gateway-token-" + "x9" * 8
+TOKEN = "gateway-token-" + "x9" * 16  # 46 characters: a token must have 43
 DB_PASSWORD = "hunter2-secret"
 
 

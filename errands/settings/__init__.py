@@ -21,6 +21,7 @@ from errands.settings._parse import (
     Seconds,
     parse_duration,
     provider_limits,
+    split_host,
 )
 from errands.settings._report import load_settings, render_report
 
@@ -35,4 +36,5 @@ __all__ = [
     "provider_limits",
     "render_configuration",
     "render_report",
+    "split_host",
 ]

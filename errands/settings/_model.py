@@ -23,6 +23,8 @@ from errands.settings._parse import (
     Port,
     ProviderLimit,
     Seconds,
+    check_allowed_hosts,
+    check_api_token,
     is_ip_port,
     is_port,
     provider_limits,
@@ -152,21 +154,6 @@ class Settings(BaseSettings):
     """How long one work-tool call may run before it is stopped and reported (e.g. ``2m``)."""
     tool_max_attempts: int = Field(default=3, ge=1, le=100, alias="ERRANDS_TOOL_MAX_ATTEMPTS")
     """Attempts of one work-tool call whose server cannot be reached or whose worker died."""
-    tool_result_percent: int = Field(default=25, ge=1, le=100, alias="ERRANDS_TOOL_RESULT_PERCENT")
-    """Percent of a model's input budget one work-tool result may take in a request.
-
-    A bigger result is shown in the request that follows it as its head and tail, how much was
-    left out, and the ``read_message`` call that pages through the rest."""
-    tool_result_max_bytes: int = Field(
-        default=4 * 1024 * 1024,
-        ge=64 * 1024,
-        le=256 * 1024 * 1024,
-        alias="ERRANDS_TOOL_RESULT_MAX_BYTES",
-    )
-    """Most UTF-8 bytes of one work-tool result errands reads and stores (e.g. ``4194304``).
-
-    A longer result is cut to this size, and the stored text says so to the model; an MCP
-    server's answer is read no further than about this much."""
     model_task_queue: str | None = Field(default=None, alias="ERRANDS_MODEL_TASK_QUEUE")
     """Task queue of the model activities; ``{provider}`` in it becomes the model's provider.
 
@@ -201,7 +188,14 @@ class Settings(BaseSettings):
     provider may add ``queue_rate`` (model activities per second, across workers)."""
 
     api_token: SecretStr | None = Field(default=None, alias="ERRANDS_API_TOKEN")
-    """Bearer token the HTTP gateway requires; needed to serve beyond loopback."""
+    """Bearer token the HTTP gateway requires; needed to serve beyond loopback.
+
+    At least 43 characters: ``python -c "import secrets; print(secrets.token_urlsafe(32))"``."""
+    allowed_hosts: str | None = Field(default=None, alias="ERRANDS_ALLOWED_HOSTS")
+    """``Host`` names the gateway answers to besides its own address, comma-separated.
+
+    E.g. ``errands.example.com`` behind a proxy, or ``*`` for any. Unset: only the address it
+    listens on (with 127.0.0.1, localhost and [::1] on loopback); others are refused."""
     log_level: str = Field(default="INFO", alias="ERRANDS_LOG_LEVEL")
     """Log level of workers and the gateway: DEBUG, INFO, WARNING, ERROR or CRITICAL."""
     log_json: bool = Field(default=False, alias="ERRANDS_LOG_JSON")
@@ -232,6 +226,16 @@ class Settings(BaseSettings):
                 "[::1]:7233 (port 1-65535)"
             )
         return value
+
+    @field_validator("api_token")
+    @classmethod
+    def _api_token(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_api_token(value)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _allowed_hosts(cls, value: str | None) -> str | None:
+        return check_allowed_hosts(value)
 
     @field_validator("metrics_bind")
     @classmethod

@@ -193,3 +193,42 @@ def is_ip_port(text: str) -> bool:
     except ValueError:
         return False
     return is_port(port)
+
+
+TOKEN_MIN_LENGTH = 43
+"""32 random bytes in URL-safe base64, as ``secrets.token_urlsafe(32)`` makes them."""
+
+
+def check_api_token(value: SecretStr | None) -> SecretStr | None:
+    """``ERRANDS_API_TOKEN`` long enough that guessing it is hopeless (the value is never said)."""
+    if value is not None and len(value.get_secret_value().strip()) < TOKEN_MIN_LENGTH:
+        raise ValueError(
+            f"a token needs at least {TOKEN_MIN_LENGTH} characters (32 random bytes); make one "
+            'with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+        )
+    return value
+
+
+def split_host(authority: str) -> tuple[str, str]:
+    """``host[:port]`` (``[IPv6]:port`` too) as ``(host, port)``, lower case; port "" if none."""
+    authority = authority.strip().lower()
+    if authority.startswith("[") and "]" in authority:
+        host, _, rest = authority.partition("]")
+        if rest and not rest.startswith(":"):
+            return authority, ""  # no host: what follows the address is no port
+        return host + "]", rest[1:]
+    host, _, port = authority.partition(":")
+    return host, port
+
+
+def check_allowed_hosts(value: str | None) -> str | None:
+    """``ERRANDS_ALLOWED_HOSTS`` as ``host[:port]`` entries joined by commas, lower case."""
+    hosts = [h.strip().lower() for h in (value or "").split(",") if h.strip()]
+    for entry in hosts:
+        host, port = split_host(entry)
+        if entry != "*" and not (HOST.fullmatch(host) and (port == "" or is_port(port))):
+            raise ValueError(
+                f"{entry!r} is not a host; give host names or addresses with an optional port, "
+                "comma-separated (gateway.example.com, 10.0.0.5:8080, [::1]), or * for any"
+            )
+    return ",".join(hosts) or None
