@@ -154,6 +154,21 @@ class Settings(BaseSettings):
     """How long one work-tool call may run before it is stopped and reported (e.g. ``2m``)."""
     tool_max_attempts: int = Field(default=3, ge=1, le=100, alias="ERRANDS_TOOL_MAX_ATTEMPTS")
     """Attempts of one work-tool call whose server cannot be reached or whose worker died."""
+    tool_result_percent: int = Field(default=25, ge=1, le=100, alias="ERRANDS_TOOL_RESULT_PERCENT")
+    """Percent of a model's input budget one work-tool result may take in a request.
+
+    A bigger result is shown in the request that follows it as its head and tail, how much was
+    left out, and the ``read_message`` call that pages through the rest."""
+    tool_result_max_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=64 * 1024,
+        le=256 * 1024 * 1024,
+        alias="ERRANDS_TOOL_RESULT_MAX_BYTES",
+    )
+    """Most UTF-8 bytes of one work-tool result errands reads and stores (e.g. ``4194304``).
+
+    A longer result is cut to this size, and the stored text says so to the model; an MCP
+    server's answer is read no further than about this much."""
     model_task_queue: str | None = Field(default=None, alias="ERRANDS_MODEL_TASK_QUEUE")
     """Task queue of the model activities; ``{provider}`` in it becomes the model's provider.
 
