@@ -13,8 +13,11 @@
     GET  /v1/sessions/{session_id}/messages ?after=SEQ
     GET  /v1/tasks/{task_id}/events         text/event-stream
 
-With a token every ``/v1`` call needs ``Authorization: Bearer <token>``; without one the gateway
-only binds to loopback. Refusals are 4xx with ``{"detail": "<what to fix>"}``.
+With a token every ``/v1`` call needs ``Authorization: Bearer <token>`` (wrong ones, repeated,
+are slowed with 429); without one the gateway only binds to loopback. It answers only to its own
+address (or ``ERRANDS_ALLOWED_HOSTS``), takes changes only as ``application/json`` and never
+from another site's page, and sends the security headers on every response (``_guards``).
+Refusals are 4xx with ``{"detail": "<what to fix>"}``.
 """
 
 from errands.gateway._app import create_app

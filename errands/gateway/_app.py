@@ -12,8 +12,9 @@ from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Security
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from errands.client import Client, TaskHandle
@@ -22,6 +23,7 @@ from errands.contracts.workflows import MessageReceipt, TaskResult
 from errands.errors import InvalidRequest
 from errands.gateway._auth import BearerGuard
 from errands.gateway._errors import install_handlers
+from errands.gateway._guards import BrowserGuard
 from errands.gateway._models import (
     SESSION_PATTERN,
     TASK_PATTERN,
@@ -45,12 +47,8 @@ from errands.gateway._models import (
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
-PAGE_HEADERS = {
-    # The page loads nothing from elsewhere; say so, so an injected script could not either.
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+MAX_SEQ = 2**63 - 1
+"""The largest position a store holds (a signed 64-bit integer on SQLite and PostgreSQL)."""
 
 SessionId = Annotated[
     str,
@@ -60,8 +58,13 @@ TaskId = Annotated[
     str, Path(pattern=TASK_PATTERN, description="A task id as returned by POST …/tasks.")
 ]
 REFUSALS: dict[int | str, dict[str, Any]] = {
-    code: {"model": Problem} for code in (401, 404, 409, 422, 502, 503)
+    code: {"model": Problem} for code in (400, 401, 403, 404, 409, 415, 422, 429, 502, 503)
 }
+BEARER = HTTPBearer(
+    auto_error=False,  # BearerGuard refuses, with errands' own message
+    scheme_name="bearer",
+    description="The value of ERRANDS_API_TOKEN the gateway was started with.",
+)
 
 
 def create_app(client: Client, *, token: str | None) -> FastAPI:
@@ -77,8 +80,10 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
     install_handlers(app)
-    # Every API call: behind the token, and refused with a Problem.
-    api = APIRouter(prefix="/v1", dependencies=[Depends(guard)], responses=REFUSALS)
+    app.add_middleware(BrowserGuard, allowed_hosts=client.settings.allowed_hosts)
+    # Every API call: behind the token (declared in the OpenAPI document), refused with a Problem.
+    bearer = [Security(BEARER)] if guard.enabled else []
+    api = APIRouter(prefix="/v1", dependencies=[*bearer, Depends(guard)], responses=REFUSALS)
 
     @api.post(
         "/sessions/{session_id}/tasks",
@@ -135,11 +140,12 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     )
     async def approval(task_id: TaskId, body: ApprovalRequestBody) -> ApprovalAccepted:
         task = client.task(task_id)
+        pinned = {"approval_id": body.approval_id, "arguments_sha256": body.arguments_sha256}
         if body.decision == "deny":
-            receipt = await task.deny(body.reason, approval_id=body.approval_id)
+            receipt = await task.deny(body.reason, **pinned)
         else:
             always = body.decision == "approve_always"
-            receipt = await task.approve(always=always, approval_id=body.approval_id)
+            receipt = await task.approve(always=always, **pinned)
         return ApprovalAccepted(task_id=task_id, **receipt.model_dump())
 
     @api.post(
@@ -168,7 +174,9 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     )
     async def messages(
         session_id: SessionId,
-        after: Annotated[int, Query(ge=0, description="Only messages with a larger seq.")] = 0,
+        after: Annotated[
+            int, Query(ge=0, le=MAX_SEQ, description="Only messages with a larger seq.")
+        ] = 0,
     ) -> Messages:
         rows = await client.history(session_id, after=after)
         return Messages(
@@ -219,7 +227,9 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     async def events(
         task_id: TaskId,
         last_event_id: Annotated[str | None, Header(max_length=20)] = None,
-        after: Annotated[int | None, Query(ge=0, description="Events with a larger seq.")] = None,
+        after: Annotated[
+            int | None, Query(ge=0, le=MAX_SEQ, description="Events with a larger seq.")
+        ] = None,
     ) -> Response:
         handle = client.task(task_id)
         described = await handle.describe()  # an unknown task is a 404, not an empty stream
@@ -236,7 +246,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+        return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
@@ -247,11 +257,8 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     else after ``?after=``, else from the start. An id that is no sequence number is refused."""
     if last_event_id is None:
         return after or 0
-    try:
-        seq = int(last_event_id)
-    except ValueError:
-        seq = -1
-    if seq < 0:
+    seq = int(last_event_id) if last_event_id.isascii() and last_event_id.isdigit() else -1
+    if not 0 <= seq <= MAX_SEQ:
         raise InvalidRequest(
             f"Last-Event-ID {last_event_id!r} is no event of this stream: send the id of the "
             "last event received (a sequence number), or leave it out to read from the start"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
-import secrets
+import math
+import time
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 
 from errands.errors import Unauthorized
 
@@ -24,13 +27,57 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Throttle:
+    """Slows token guessing: after ``FREE_FAILURES`` wrong tokens from one client within
+    ``WINDOW`` seconds, that client is refused (429, ``Retry-After``) for ``FIRST_WAIT``
+    seconds, and for twice as long after each further wrong token (at most ``LONGEST_WAIT``),
+    whatever it sends meanwhile, the right token included. A right token, or a quiet
+    ``WINDOW`` after the last wait, clears its record.
+
+    A client is its address: behind a proxy every client shares the proxy's."""
+
+    FREE_FAILURES = 5
+    WINDOW = 60.0
+    FIRST_WAIT = 5.0
+    LONGEST_WAIT = 900.0
+    KEPT = 4096
+    """Most clients remembered; the stalest are forgotten first."""
+
+    def __init__(self) -> None:
+        # client → (failures, last failure, refused until), on the monotonic clock
+        self._clients: dict[str, tuple[int, float, float]] = {}
+
+    def wait(self, client: str) -> float:
+        """Seconds ``client`` must still wait before a token of theirs is looked at (0: none)."""
+        _, _, until = self._clients.get(client, (0, 0.0, 0.0))
+        return max(0.0, until - time.monotonic())
+
+    def failed(self, client: str) -> None:
+        now = time.monotonic()
+        failures, last, until = self._clients.pop(client, (0, 0.0, 0.0))
+        if now - max(last, until) > self.WINDOW:
+            failures = 0  # a quiet minute (after any wait) forgives
+        failures += 1
+        if failures >= self.FREE_FAILURES:
+            wait = self.FIRST_WAIT * 2 ** (failures - self.FREE_FAILURES)
+            until = now + min(wait, self.LONGEST_WAIT)
+        self._clients[client] = (failures, now, until)  # last in order: the freshest
+        while len(self._clients) > self.KEPT:
+            del self._clients[next(iter(self._clients))]
+
+    def succeeded(self, client: str) -> None:
+        self._clients.pop(client, None)
+
+
 class BearerGuard:
-    """A dependency that refuses a request without ``Authorization: Bearer <token>``.
+    """A dependency that refuses a request without ``Authorization: Bearer <token>``, and
+    slows a client that keeps sending wrong ones (``Throttle``).
 
     With no token configured every request passes (the gateway then binds only to loopback)."""
 
     def __init__(self, token: str | None) -> None:
         self._token = token or None
+        self._throttle = Throttle()
 
     @property
     def enabled(self) -> bool:
@@ -39,16 +86,33 @@ class BearerGuard:
     async def __call__(self, request: Request) -> None:
         if self._token is None:
             return
+        client = request.client.host if request.client else "?"
+        wait = self._throttle.wait(client)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            raise HTTPException(
+                429,
+                f"too many wrong tokens from {client}; wait {seconds} s (Retry-After) and send "
+                "the value of ERRANDS_API_TOKEN the gateway was started with",
+                headers={"Retry-After": str(seconds)},
+            )
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized(
                 "this gateway needs a token: send the header `Authorization: Bearer <token>` "
                 "with the value of ERRANDS_API_TOKEN"
             )
-        # Constant-time, so the token cannot be guessed byte by byte from response times.
-        if not secrets.compare_digest(given.strip().encode(), self._token.encode()):
+        # Digests of equal length, compared in constant time: a response's timing says nothing
+        # about how much of the token, or of its length, a guess got right.
+        if not hmac.compare_digest(_digest(given.strip()), _digest(self._token)):
+            self._throttle.failed(client)
             raise Unauthorized(
                 "the bearer token is wrong; send `Authorization: Bearer <token>` with the value "
                 "of ERRANDS_API_TOKEN the gateway was started with",
                 challenge='Bearer error="invalid_token"',
             )
+        self._throttle.succeeded(client)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
