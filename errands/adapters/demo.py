@@ -108,5 +108,10 @@ def _latest_ref(messages: list[dict[str, Any]]) -> int | None:
     return int(match.group(1)) if match else None
 
 
+DEMO_KEPT_REQUESTS = 20
+"""The demo server lives as long as its worker: it keeps only its latest requests, never one
+per request it ever answered (each holds the whole conversation it was sent)."""
+
+
 def start_demo_server() -> ScriptedModelServer:
-    return ScriptedModelServer(responder=demo_responder).start()
+    return ScriptedModelServer(responder=demo_responder, keep_requests=DEMO_KEPT_REQUESTS).start()

@@ -38,8 +38,20 @@ from errands.contracts.messages import Usage
 
 
 class ScriptedModelServer:
-    def __init__(self, responder: Responder | None = None, *, prompt_cache: bool = False) -> None:
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        *,
+        prompt_cache: bool = False,
+        keep_requests: int | None = None,
+    ) -> None:
         self.responder = responder
+        self.keep_requests = keep_requests
+        """How many of the latest requests ``requests``, ``unexpected`` and ``too_long`` keep;
+        ``None`` keeps all, as tests inspect them. A long-lived server (the ``demo`` model in a
+        worker) keeps a few, or its memory grows with every request it answers."""
+        self.received = 0
+        """Requests received since the start (or the last ``reset``), kept or not."""
         self.prompt_cache = prompt_cache
         """Give replies without a scripted usage cache counts. OpenAI: the longest prompt prefix
         an earlier answered request had is read. Anthropic: the longest prefix an earlier one
@@ -92,6 +104,7 @@ class ScriptedModelServer:
         if tokens + output <= window:
             return None
         self.too_long.append(recorded)
+        self._forget(self.too_long)
         if recorded.api == "openai":
             message = (
                 f"This model's maximum context length is {window} tokens. However, you requested "
@@ -134,6 +147,7 @@ class ScriptedModelServer:
             self._windows.clear()
             self.too_long.clear()
             self._seen_prefixes.clear()
+            self.received = 0
 
     @property
     def openai_base_url(self) -> str:
@@ -244,8 +258,10 @@ class ScriptedModelServer:
             received_at=time.time(),
         )
         with self._lock:
-            index = len(self.requests)
+            index = self.received
+            self.received += 1
             self.requests.append(recorded)
+            self._forget(self.requests)
             refusal = self._refusals.get(recorded.model) if _asks_required(api, body) else None
             too_long = self._too_long(recorded) if isinstance(body, dict) else None
             queue = self._scripts.get(recorded.model) if isinstance(body, dict) else None
@@ -316,7 +332,13 @@ class ScriptedModelServer:
         # 400, never 5xx: our classifier must not retry a scripting mistake.
         with self._lock:
             self.unexpected.append(recorded)
+            self._forget(self.unexpected)
         return _error_response(recorded.api, 400, message)
+
+    def _forget(self, kept: list[RecordedRequest]) -> None:
+        """Drop all but the latest ``keep_requests`` (called with the lock held)."""
+        if self.keep_requests is not None and len(kept) > self.keep_requests:
+            del kept[: len(kept) - self.keep_requests]
 
 
 def _asks_required(api: Api, body: Any) -> bool:
