@@ -8,8 +8,10 @@ errands' errors map to HTTP statuses here and nowhere else::
     SideQuestionFailed, Failed          502  a model could not answer
     Unavailable, NoWorker               503  Temporal, the store or a worker did not answer
     ConfigError                         500  the gateway itself is misconfigured
+    too many wrong tokens               429  with Retry-After (``_auth.Throttle``)
 
-A client error is never a 5xx.
+Before any route, ``_guards.BrowserGuard`` answers a foreign Host 400, another site's page 403
+and a body that is not JSON 415, in the same shape. A client error is never a 5xx.
 """
 
 from __future__ import annotations
