@@ -89,9 +89,10 @@ class BrowserGuard:
         origin = headers.get("origin")
         site = headers.get("sec-fetch-site")
         if origin is not None and not self._same_origin(origin, host):
-            return JSONResponse({"detail": _cross_site(origin)}, 403)
+            return JSONResponse({"detail": _cross_site(f"the page at {_shown(origin)}")}, 403)
         if site is not None and site.lower() not in SAME_SITE and not self._listed_origin(origin):
-            return JSONResponse({"detail": _cross_site(origin or f"a {site} page")}, 403)
+            sender = f"a page on another site (Sec-Fetch-Site: {_shown(site)})"
+            return JSONResponse({"detail": _cross_site(sender)}, 403)
         media = headers.get("content-type")
         has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
         if (media is not None or has_body) and _media_type(media) != "application/json":
@@ -162,9 +163,9 @@ def _foreign_host(host: str, scope: Scope) -> str:
     )
 
 
-def _cross_site(origin: str) -> str:
+def _cross_site(sender: str) -> str:
     return (
-        f"refused a request sent by the page at {_shown(origin)}: calls that change something "
+        f"refused a request sent by {sender}: calls that change something "
         "are taken only from the gateway's own page or from clients that send no Origin (the "
         "CLI, curl, a server). To let another site's page call it, add that site's host to "
         "ERRANDS_ALLOWED_HOSTS"
