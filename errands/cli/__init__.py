@@ -15,23 +15,43 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
-from errands.errors import ErrandsError, Stopped, TaskEnded, TaskFailed
+from errands.cli._terminal import one_line
+from errands.errors import ErrandsError, InvalidRequest, Stopped, TaskEnded, TaskFailed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 Handler = Callable[[argparse.Namespace], Awaitable[int | None]]
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        check_arguments(argv)
+    except ErrandsError as error:
+        print(f"errands: {one_line(_message(error))}", file=sys.stderr)
+        return exit_code(error)
     args = _parser().parse_args(argv)
     try:
         return int(asyncio.run(_stoppable(args.handler(args))) or 0)
     except Stopped as stopped:
-        return 128 + stopped.signum
+        # A server ends by being stopped: that is its work done, not a failure.
+        return 0 if args.stops_by_signal else 128 + stopped.signum
     except ErrandsError as error:
-        print(f"errands: {_message(error)}", file=sys.stderr)
+        print(f"errands: {one_line(_message(error))}", file=sys.stderr)
         return exit_code(error)
     except KeyboardInterrupt:
         return 130
+
+
+def check_arguments(argv: list[str]) -> None:
+    """Refuse an argument that is not UTF-8: Python keeps its bytes as lone surrogates, which
+    no store, payload or terminal could take later on."""
+    for n, arg in enumerate(argv, 1):
+        if any("\udc80" <= char <= "\udcff" for char in arg):
+            given = os.fsencode(arg).decode("utf-8", errors="backslashreplace")
+            raise InvalidRequest(
+                f"argument {n} ({given}) is not UTF-8 text; give every argument as UTF-8 (check "
+                "the terminal's encoding, or the script that built the command line)"
+            )
 
 
 def exit_code(error: ErrandsError) -> int:
@@ -92,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
             parsed.add_argument(positional)
         if json:
             parsed.add_argument("--json", action="store_true")
-        parsed.set_defaults(handler=handler)
+        parsed.set_defaults(handler=handler, stops_by_signal=False)
         return parsed
 
     run = command(
@@ -176,6 +196,7 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
     )
     serve.add_argument("--port", type=int, default=8080)
+    serve.set_defaults(stops_by_signal=True)
 
     command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
     return parser

@@ -11,6 +11,7 @@ from errands.adapters.store import open_store, sqlite_path
 from errands.cli._follow import follow
 from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
+from errands.cli._terminal import one_line, shown
 from errands.client import Client, connect, new_session_id, task_input
 from errands.errors import InvalidRequest
 from errands.settings import load_settings, render_report
@@ -196,7 +197,7 @@ async def btw(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task_id": args.task, **answer.model_dump(mode="json")}))
     else:
-        print(answer.answer)
+        print(shown(answer.answer))
     return 0
 
 
@@ -207,7 +208,7 @@ async def history(args: argparse.Namespace) -> int:
         rows = await client.history(args.session)
     if not rows:
         path = sqlite_path(settings.session_database_url())
-        note(f"errands: session {args.session} has no messages in {path or 'the store'}")
+        note(one_line(f"errands: session {args.session} has no messages in {path or 'the store'}"))
     messages = [
         {
             "id": r.id,
@@ -225,7 +226,8 @@ async def history(args: argparse.Namespace) -> int:
         print(json.dumps({"session_id": args.session, "messages": messages}, ensure_ascii=False))
     else:
         for m in messages:
-            print(f"[{m['seq']}] {m['role']} ({m['kind']}) {m['id']}\n{m['text']}\n")
+            print(one_line(f"[{m['seq']}] {m['role']} ({m['kind']}) {m['id']}"))
+            print(f"{shown(m['text'])}\n")
     return 0
 
 

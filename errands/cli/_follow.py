@@ -11,6 +11,7 @@ from typing import Any
 
 from errands.cli._output import approval_text, note, question_text, step_line
 from errands.cli._picker import pick_answer
+from errands.cli._terminal import one_line
 from errands.client import TaskHandle
 from errands.contracts.events import TERMINAL, StoredEvent
 from errands.errors import ConfigError, Refused, Unavailable
@@ -25,11 +26,11 @@ async def follow(handle: TaskHandle, *, timeout: float | None, steps: bool) -> d
         try:
             await handle.status()  # one read: a task nobody serves is said once, then waited for
         except Unavailable as error:
-            note(f"errands: {error.message}. Still waiting.")
+            note(one_line(f"errands: {error.message}. Still waiting."))
         try:
             await _Follower(handle, steps, interactive).read()
         except ConfigError as error:  # no session store here: the result still comes
-            note(f"errands: {error.message}. Waiting for the result without its events.")
+            note(one_line(f"errands: {error.message}. Waiting for the result without its events."))
         result = await handle.wait()
     return result.public()
 
@@ -129,4 +130,4 @@ async def _answer_interactively(handle: TaskHandle, pending: dict[str, Any]) -> 
             question_set_id=payload["question_set_id"],
         )
     except Refused as error:
-        note(f"errands: {error}")
+        note(one_line(f"errands: {error}"))

@@ -1,5 +1,7 @@
 """What the CLI prints: a task's state, its events as ``errands run`` and ``errands watch`` show
-them, a pending question or approval with the commands that answer it."""
+them, a pending question or approval with the commands that answer it. Every text that came from
+a model, a tool or a person goes through ``shown`` or ``one_line`` (errands.cli._terminal);
+``--json`` output does not, so it stays the exact document the API returns."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import shlex
 import sys
 from typing import Any
 
+from errands.cli._terminal import indented, one_line, shown
 from errands.contracts.asking import OTHER_PREFIX
 from errands.contracts.events import StoredEvent
 
@@ -16,15 +19,15 @@ def print_state(state: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(state, ensure_ascii=False))
         return
-    print(f"{state['task_id']}: {state['status']}")
+    print(one_line(f"{state['task_id']}: {state['status']}"))
     if state.get("pending_question"):
         print(question_text(state["task_id"], state["pending_question"]))
     if state.get("pending_approval"):
         print(approval_text(state["task_id"], state["pending_approval"]))
     if state.get("reply"):
-        print(state["reply"])
+        print(shown(state["reply"]))
     if state.get("error"):
-        print(f"error ({state['error']['kind']}): {state['error']['message']}")
+        print(f"error ({one_line(state['error']['kind'])}): {shown(state['error']['message'])}")
 
 
 def question_text(task_id: str, pending: dict[str, Any]) -> str:
@@ -41,14 +44,17 @@ def question_text(task_id: str, pending: dict[str, Any]) -> str:
             how = "choose one"
         if not q.get("required", True):
             how += "; optional"
-        lines.append(f"{q['id']} · {q['header']}: {q['question']} ({how})")
+        # The question may run over lines: each goes on indented, so none of the model's
+        # lines can pass for one of ours (an `answer with:` line).
+        head = one_line(f"{q['id']} · {q['header']}")
+        lines.append(f"{head}: {indented(q['question'])} ({how})")
         for option in offered:
             described = f": {option['description']}" if option.get("description") else ""
-            lines.append(f"    {option['label']}{described}")
+            lines.append(f"    {one_line(option['label'] + described)}")
         if offered:
             lines.append(f"    {OTHER_PREFIX} <your own answer>")
         example.append(f"{q['id']}={offered[0]['label'] if offered else '<your answer>'}")
-    lines.append(f"answer with: {shlex.join(['errands', 'answer', task_id, *example])}")
+    lines.append(f"answer with: {one_line(shlex.join(['errands', 'answer', task_id, *example]))}")
     lines.append("  (or --dismiss to choose nothing, --cancel to withdraw the question)")
     return "\n".join(lines)
 
@@ -67,6 +73,12 @@ def approval_text(task_id: str, pending: dict[str, Any]) -> str:
 
 
 def step_line(event: StoredEvent, types: dict[tuple[int, int], str]) -> str | None:
+    """``_step_line``, with what the model and the tools wrote in it made visible."""
+    line = _step_line(event, types)
+    return None if line is None else one_line(line)
+
+
+def _step_line(event: StoredEvent, types: dict[tuple[int, int], str]) -> str | None:
     """What ``errands run`` prints of one event of the log while the task works (None: nothing):
     its rounds, its delegation, each branch's start and end, its tool calls, a retried model
     call, a summary of earlier messages, what became of a message sent to it. ``types``: each
@@ -116,7 +128,7 @@ def _where(where: str, types: dict[tuple[int, int], str]) -> str:
 def event_line(event: StoredEvent) -> str:
     """One event of the log as a line: its seq, type and fields."""
     fields = " ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in event.data.items())
-    return f"{event.seq:>4} {event.type} {fields}".rstrip()
+    return one_line(f"{event.seq:>4} {event.type} {fields}".rstrip())
 
 
 def note(text: str) -> None:

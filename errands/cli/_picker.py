@@ -10,7 +10,8 @@ restored. Free text is read by a small line editor in the same raw mode rather t
 mode: in cooked mode Ctrl-C becomes SIGINT, which Python delivers only to the main thread, so a
 picker run under ``asyncio.to_thread`` would be left blocked in ``read``; raw mode also lets Esc
 cancel while typing. Output is plain ANSI (no curses); raw mode turns off output processing, so
-every line ends in an explicit CR LF.
+every line ends in an explicit CR LF. The only escape sequences written are the picker's own: the
+model's header, question, labels and descriptions go through ``one_line`` first.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tty
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from errands.cli._terminal import one_line
 from errands.contracts.asking import OTHER_PREFIX
 from errands.errors import PickerClosed
 
@@ -53,13 +55,14 @@ def pick_answer(
         tty.setraw(fd, termios.TCSANOW)
         screen.write(HIDE_CURSOR)
         for n, question in enumerate(questions, 1):
-            title = BOLD + screen.fit(f"{question['header']}  ({n}/{len(questions)})")
+            header = one_line(question["header"])
+            title = BOLD + screen.fit(f"{header}  ({n}/{len(questions)})")
             if question.get("type") == "text":
                 values = _ask_text(screen, question, title)
             else:
                 values = _ask_choice(screen, question, title)
             answers[question["id"]] = values
-            screen.done(screen.fit(f"{question['header']}: " + (", ".join(values) or "-")))
+            screen.done(screen.fit(one_line(f"{header}: " + (", ".join(values) or "-"))))
     except PickerClosed as closed:
         if closed.dismissed:  # "don't decide for me, let's talk"
             answers = {question["id"]: [] for question in questions}
@@ -86,14 +89,18 @@ def _ask_choice(screen: _Screen, question: dict[str, Any], title: str) -> list[s
     def lines(hint: str) -> list[str]:
         rows = [title, *screen.wrap(question["question"])]
         for i, option in enumerate(options):
-            label = chosen.get(i) or (OTHER_SHOWN if option.get("free_text") else option["label"])
+            label = one_line(
+                chosen.get(i) or (OTHER_SHOWN if option.get("free_text") else option["label"])
+            )
             mark = ("[x] " if i in chosen else "[ ] ") if multi else ""
             head = ("> " if i == cursor else "  ") + mark + label
             head = screen.fit(head)
             rest = screen.width - len(head) - 3
             description = option.get("description") if not option.get("free_text") else None
             tail = (
-                f"{DIM}  {screen.fit(description, rest)}{RESET}" if description and rest > 8 else ""
+                f"{DIM}  {screen.fit(one_line(description), rest)}{RESET}"
+                if description and rest > 8
+                else ""
             )
             rows.append((BOLD + head + RESET if i == cursor else head) + tail)
         return [*rows, hint]
@@ -178,7 +185,10 @@ class _Screen:
         return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
 
     def wrap(self, text: str) -> list[str]:
-        return [row for line in text.splitlines() for row in textwrap.wrap(line, self.width - 1)]
+        """``text`` (the model's) in rows of the width, its lines kept, every control character
+        and escape sequence made visible."""
+        rows = (textwrap.wrap(one_line(line), self.width - 1) for line in text.split("\n"))
+        return [row for line in rows for row in line]
 
     def read_line(self, rows: list[str], prompt: str) -> str:
         """A one-line editor (Backspace, Ctrl-U) below ``rows``; Enter returns the trimmed text."""

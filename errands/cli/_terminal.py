@@ -53,3 +53,9 @@ def shown(text: str) -> str:
 def one_line(text: str) -> str:
     """``shown``, with newlines and tabs escaped too: a label, a header or an id."""
     return shown(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def indented(text: str, indent: str = "    ") -> str:
+    """``shown``, with every line after the first indented: a multi-line text inside the CLI's
+    own lines cannot start a line that passes for one of them."""
+    return shown(text).replace("\n", "\n" + indent)

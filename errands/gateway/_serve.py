@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import uvicorn
@@ -37,6 +38,29 @@ def check_binding(host: str, token: str | None) -> None:
         )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus its signal handling: uvicorn would take SIGTERM and SIGINT from
+    the process (the CLI's own handlers too) and raise them again once it has stopped, which
+    cancelled the command in the middle of its shutdown and printed a traceback. Whoever runs
+    the server stops it by cancelling ``_run``."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _run(server: uvicorn.Server, sockets: list[socket.socket] | None = None) -> None:
+    """Serve until cancelled; then shut down gracefully (requests answered, event streams cut
+    after ``GRACEFUL_SECONDS``, the app's lifespan ended) before the cancellation goes on."""
+    task = asyncio.create_task(server.serve(sockets=sockets), name="errands gateway")
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        server.should_exit = True
+        await task  # a second cancellation (a second signal) cuts the shutdown short
+        raise
+
+
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -53,7 +77,7 @@ def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
 async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
     """Run ``app`` on this event loop until the block ends; yields its base URL. Port 0 picks a
     free port."""
-    server = uvicorn.Server(_config(app, host, port))
+    server = _Server(_config(app, host, port))
     task = asyncio.create_task(server.serve(), name="errands gateway")
     while not server.started:
         if task.done():
@@ -69,7 +93,8 @@ async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Async
 
 async def serve(settings: Settings, host: str, port: int, token: str | None) -> None:
     """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
-    in the foreground until interrupted. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
+    in the foreground until cancelled (the CLI cancels it on SIGTERM, SIGHUP and Ctrl-C), then
+    shut down gracefully. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
     check_binding(host, token)
     configure_logging(settings.log_level, json=settings.log_json)
     address = settings.temporal_address
@@ -88,7 +113,7 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
         try:
             app = create_app(Client(temporal, settings, store=store), token=token)
             log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
-            await uvicorn.Server(_config(app, host, port)).serve(sockets=[sock])
+            await _run(_Server(_config(app, host, port)), sockets=[sock])
         finally:
             store.close()
 

@@ -320,7 +320,10 @@ class Settings(BaseSettings):
         try:
             parse_mcp_servers(value)
         except ValueError as error:
-            raise ValueError(f"it {str(error).removeprefix('ERRANDS_MCP_SERVERS ')}") from None
+            said = str(error)
+            if said.startswith("ERRANDS_MCP_SERVERS: "):  # one server is wrong: it names it
+                raise ValueError(said.removeprefix("ERRANDS_MCP_SERVERS: ")) from None
+            raise ValueError(f"it {said.removeprefix('ERRANDS_MCP_SERVERS ')}") from None
         return value
 
     @field_validator("provider_limits")

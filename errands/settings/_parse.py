@@ -9,7 +9,6 @@ import math
 import re
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
@@ -17,6 +16,7 @@ from pydantic.fields import FieldInfo
 
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.validation import MODEL_PROVIDERS, check_model_spec
+from errands.contracts.urls import masked_url
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -123,12 +123,13 @@ def accepts(info: FieldInfo) -> str:
 
 SECRETS = {"openai_api_key", "anthropic_api_key", "api_token"}
 """Fields never shown: the report masks them, a refusal leaves out what was given."""
-URLS = {"database_url", "openai_base_url", "anthropic_base_url"}
-"""Fields whose value is shown with its password hidden."""
+URLS = {"database_url", "openai_base_url", "anthropic_base_url", "temporal_ui_url"}
+"""Fields whose value is shown through ``masked_url``: its password and query secrets hidden."""
 
 
 def shown_value(name: str, value: Any) -> Any:
-    """``value`` fit to print: secrets masked, a URL's password hidden, JSON-able."""
+    """``value`` fit to print: secrets masked, a URL's password and query secrets hidden,
+    JSON-able."""
     if isinstance(value, SecretStr):
         value = value.get_secret_value()
     if name in SECRETS and value is not None:
@@ -137,25 +138,11 @@ def shown_value(name: str, value: Any) -> Any:
         # Headers and env may hold secrets: only each server's transport is shown.
         servers = parse_mcp_servers(value)
         return {n: "command" if c.command else "url" for n, c in servers.items()}
-    if name in URLS and isinstance(value, str):
-        return _without_password(value)
+    if name in URLS and value is not None:
+        return masked_url(str(value))
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def _without_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url if "@" not in url else "****"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if password is None and not any(key.lower() == "password" for key, _ in query):
-        return url
-    netloc = parts.netloc.replace(f":{password}@", ":****@", 1) if password else parts.netloc
-    query = [(key, "****" if key.lower() == "password" else v) for key, v in query]
-    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*")))
 
 
 def compact(value: Any) -> str:

@@ -3,6 +3,7 @@ every bad variable and what it accepts) and ``render_report`` (what ``errands co
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,6 +26,7 @@ def load_settings(**overrides: object) -> Settings:
     if unknown:
         raise TypeError(f"load_settings() got unknown settings: {', '.join(unknown)}")
     values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    _check_encoding()
     try:
         return Settings(**values)
     except ValidationError as error:
@@ -57,14 +59,43 @@ def _config_error(error: ValidationError) -> ConfigError:
     return ConfigError(message, setting=next(iter(problems)) if len(problems) == 1 else None)
 
 
+def _check_encoding() -> None:
+    """Refuse a variable of the settings whose value is not UTF-8 (Python keeps its bytes as
+    lone surrogates, which no payload, store or terminal can take later)."""
+    bad = [
+        variable
+        for variable in sorted(_FIELD_OF)
+        if any("\udc80" <= char <= "\udcff" for char in os.environ.get(variable, ""))
+    ]
+    if bad:
+        verb, them = ("is", "it") if len(bad) == 1 else ("are", "them")
+        raise ConfigError(
+            f"{', '.join(bad)} {verb} not UTF-8 text; fix or unset {them}",
+            setting=bad[0] if len(bad) == 1 else None,
+        )
+
+
 def _problem(detail: ErrorDetails) -> tuple[str, str]:
     key = str(detail["loc"][0]) if detail["loc"] else "settings"
     name = _FIELD_OF.get(key, key)
     info = Settings.model_fields.get(name)
     variable = (info.alias if info else None) or key
-    given = "" if name in SECRETS else f"={compact(shown_value(name, detail['input']))}"
+    given = "" if name in UNSHOWN else f"={compact(_given(name, detail['input']))}"
     reason = (accepts(info) if info else "") or _reason(detail)
     return variable, f"{variable}{given} is not allowed: {reason}"
+
+
+UNSHOWN = SECRETS | {"mcp_servers"}
+"""Settings a refusal does not repeat: secrets, and the MCP servers (their headers and env
+hold credentials, and the reason says where the JSON is wrong)."""
+
+
+def _given(name: str, value: Any) -> Any:
+    """The refused value as the report would show it; its raw text if it cannot be shown so."""
+    try:
+        return shown_value(name, value)
+    except ValueError:
+        return value
 
 
 def _reason(detail: ErrorDetails) -> str:
