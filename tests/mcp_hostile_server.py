@@ -1,6 +1,7 @@
 """A hostile MCP server for the tests, written with the official ``mcp`` SDK (stdio).
 
-Run it as ``python -m tests.mcp_hostile_server --dir PATH``. Its one tool,
+Run it as ``python -m tests.mcp_hostile_server --dir PATH`` (stdio; add ``--http PORT`` to serve
+Streamable HTTP at ``http://127.0.0.1:PORT/mcp``). Its one tool,
 ``dump(size)``, answers ``size`` bytes of text: numbered lines of ASCII, so a test can tell which
 part of the text a model was shown (the first line says ``dump start``, the last ``dump end``).
 Every call is appended to ``PATH/calls.jsonl``, so a test can count how often the tool ran.
@@ -12,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 
 LINE = 64
@@ -41,8 +43,14 @@ def build_server(calls: Path) -> MCPServer:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP")
     args = parser.parse_args(argv)
-    build_server(args.dir / "calls.jsonl").run()
+    server = build_server(args.dir / "calls.jsonl")
+    if args.http is None:
+        server.run()
+        return
+    app = server.streamable_http_app(host="127.0.0.1")
+    uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -146,13 +146,11 @@ def parse_read(arguments: str) -> Read | str:
     return Read(ref, page)
 
 
-def read_page(row: StoredMessage | None, ref: int | Read, page: int = 1) -> tuple[str, bool]:
+def read_page(row: StoredMessage | None, asked: int | Read, page: int = 1) -> tuple[str, bool]:
     """One page of a stored output, headed by where it stands; and whether it is an error.
-    ``ref``: its number, or the whole ``Read`` (then ``page`` is its own)."""
-    if isinstance(ref, Read):
-        ref, page, name = ref.ref, ref.page, ref.name
-    else:
-        name = f"ref {ref}"
+    ``asked``: the output's ref, or the whole ``Read`` (then ``page`` is its own)."""
+    read = asked if isinstance(asked, Read) else Read(asked, page)
+    page, name = read.page, read.name
     if row is None or not row.text:
         missing = f"There is no output with {name}; use the number a read_message marker names."
         return missing, True

@@ -58,7 +58,7 @@ async def bounded_stdio(
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
 
-    async def deliver(line: bytes, dropped: int) -> None:
+    async def deliver(line: bytes | bytearray, dropped: int) -> None:
         if not dropped:
             try:
                 message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -72,12 +72,12 @@ async def bounded_stdio(
         if found is None:
             await to_session.aclose()  # no request to answer: the connection ends
             return
-        error = types.JSONRPCError(
+        refusal = types.JSONRPCError(
             jsonrpc="2.0",
             id=json.loads(found.group(1)),
             error=types.ErrorData(code=OVERSIZED, message="answer too long to read"),
         )
-        await to_session.send(SessionMessage(error))
+        await to_session.send(SessionMessage(refusal))
 
     async def read_stdout() -> None:
         assert process.stdout is not None

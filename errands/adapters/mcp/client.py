@@ -88,6 +88,10 @@ def _base64_size(data: str) -> int:
     return len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
 
 
+_SSE_TOO_LONG = "Server-sent event exceeded"
+"""How the SDK says it stopped reading an answer over Streamable HTTP (its event limit)."""
+_SSE_EVENT_DEFAULT = 1024 * 1024
+"""The SDK's own limit on one event, for exchanges that set none (listing tools)."""
 _ENVELOPE = 64 * 1024
 """Bytes of an answer beside its text (JSON-RPC framing, other blocks) read on top of the text."""
 _TEXT = re.compile(rb'"text"\s*:\s*"')
@@ -112,6 +116,14 @@ def head_text(oversized: Oversized, max_bytes: int | None) -> str:
             continue
     limit = max_bytes if max_bytes is not None else len(head)
     return capped_result(text, limit, read_bytes=None if whole else oversized.size)
+
+
+def _too_long(tool: str, limit: int) -> str:
+    return (
+        f"the answer of {tool} was longer than {limit:,} bytes, the most errands reads of one "
+        "answer over HTTP (about twice ERRANDS_TOOL_RESULT_MAX_BYTES), so none of it could be "
+        "shown; ask the tool for a narrower or paged answer"
+    )
 
 
 # -- the client ----------------------------------------------------------------------------------
@@ -183,6 +195,9 @@ async def call_tool(
         except MCPError as error:
             if exchange.oversized.size and error.code in (OVERSIZED, types.CONNECTION_CLOSED):
                 return ToolOutcome(text=head_text(exchange.oversized, max_bytes), is_error=False)
+            if exchange.max_line is not None and _SSE_TOO_LONG in error.message:
+                # The SDK read no more of it over HTTP: the tool ran; nothing is retried.
+                return ToolOutcome(text=_too_long(tool, exchange.max_line), is_error=True)
             if not _answers_the_call(error, exchange):
                 raise  # the transport failed, not the call: _exchange names the cause
             return ToolOutcome(text=f"{error.message} (MCP error {error.code})", is_error=True)
@@ -303,7 +318,11 @@ async def _streams(
         timeout=httpx2.Timeout(timeout),
         event_hooks={"response": [exchange.record]},
     )
-    async with http, streamable_http_client(config.url, http_client=http) as streams:
+    events = exchange.max_line if exchange.max_line is not None else _SSE_EVENT_DEFAULT
+    async with (
+        http,
+        streamable_http_client(config.url, http_client=http, max_sse_event_size=events) as streams,
+    ):
         yield streams
 
 
