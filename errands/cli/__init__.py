@@ -159,6 +159,12 @@ def _parser() -> argparse.ArgumentParser:
     deny.add_argument("--reason", help="why; the agent reads it")
     for decision in (approve, deny):
         decision.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
+        decision.add_argument(
+            "--sha256",
+            dest="arguments_sha256",
+            metavar="HEX",
+            help="refuse unless the waiting call's arguments have this digest (errands status)",
+        )
 
     watch = command(
         "watch",

@@ -13,6 +13,7 @@ from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
 from errands.cli._terminal import one_line, shown
 from errands.client import Client, connect, new_session_id, task_input
+from errands.contracts.approvals import ApprovalReceipt
 from errands.errors import InvalidRequest
 from errands.settings import load_settings, render_report
 
@@ -139,25 +140,40 @@ async def approve(args: argparse.Namespace) -> int:
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).approve(
-            always=args.always, approval_id=args.approval_id
+            always=args.always,
+            approval_id=args.approval_id,
+            arguments_sha256=args.arguments_sha256,
         )
     if args.json:
         print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
     else:
         always = " (and its later calls in this session)" if args.always else ""
-        print(f"{args.task}: tool call approved{always}; the task goes on")
+        print(f"{one_line(args.task)}: tool call approved{always}; the task goes on")
+        print(_answered_call(receipt))
     return 0
 
 
 async def deny(args: argparse.Namespace) -> int:
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:
-        receipt = await client.task(args.task).deny(args.reason, approval_id=args.approval_id)
+        receipt = await client.task(args.task).deny(
+            args.reason, approval_id=args.approval_id, arguments_sha256=args.arguments_sha256
+        )
     if args.json:
         print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
     else:
-        print(f"{args.task}: tool call denied; the agent is told and goes on without it")
+        print(f"{one_line(args.task)}: tool call denied; the agent is told and goes on without it")
+        print(_answered_call(receipt))
     return 0
+
+
+def _answered_call(receipt: ApprovalReceipt) -> str:
+    """Which call an approve or deny answered: its tool, the size and digest of its arguments."""
+    size = f"{receipt.arguments_bytes:,} bytes" if receipt.arguments_bytes is not None else "?"
+    return (
+        f"  answered: {one_line(receipt.approval_id)} · {one_line(receipt.tool or '?')} · "
+        f"arguments {size} · sha256 {receipt.arguments_sha256 or 'not recorded'}"
+    )
 
 
 async def watch(args: argparse.Namespace) -> int:

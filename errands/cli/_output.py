@@ -6,8 +6,10 @@ a model, a tool or a person goes through ``shown`` or ``one_line`` (errands.cli.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
+import unicodedata
 from typing import Any
 
 from errands.cli._terminal import indented, one_line, shown
@@ -59,17 +61,85 @@ def question_text(task_id: str, pending: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def approval_text(task_id: str, pending: dict[str, Any]) -> str:
+WHY_GUTTER = "  │ "
+"""Starts every screen line of the model's explanation of a call waiting for approval."""
+CALL_GUTTER = "    ┆ "
+"""Starts every screen line of the call's arguments."""
+
+
+def approval_text(task_id: str, pending: dict[str, Any], width: int | None = None) -> str:
     """A tool call waiting for approval (``pending_approval`` of the status, or the fields of an
-    ``approval_requested`` event), with the commands that answer it."""
-    lines = [f"{pending['tool']} ({pending['where']}) waits for your approval:"]
+    ``approval_requested`` event), with the commands that answer it.
+
+    The model's explanation and the call are two labelled blocks, each line behind a gutter of
+    its own, so nothing the model writes can pass for the call: a text that tries (a fake
+    ``arguments:`` line, a carriage return, an escape sequence) shows behind the explanation's
+    gutter, its control characters made visible. The arguments are the whole canonical text
+    the tool will receive, never cut, with their size and SHA-256 digest. ``width``: the
+    terminal's columns, to wrap long lines behind their gutter (by default the terminal's,
+    when printing to one; otherwise lines are not wrapped)."""
+    width = _terminal_width() if width is None else width
+    tool, where = one_line(pending["tool"]), one_line(pending["where"])
+    lines = [f"{tool} ({where}) waits for your approval."]
     if pending.get("why"):
-        lines.append(f"    why: {pending['why']}")
-    lines.append(f"    arguments: {pending['arguments']}")
+        lines.append("  the model's explanation (its own words, not the call):")
+        lines.extend(_behind(WHY_GUTTER, pending["why"], width))
+    digest = pending.get("arguments_sha256") or ""
+    size = pending.get("arguments_bytes")
+    lines.append("  the call, exactly as the tool will receive it:")
+    lines.append(f"    tool:   {tool}")
+    lines.append(f"    where:  {where}")
+    lines.append(f"    size:   {f'{size:,} bytes' if size is not None else 'not recorded'}")
+    lines.append(f"    sha256: {one_line(digest) or 'not recorded'}")
+    lines.append("    arguments (whole):")
+    lines.extend(_behind(CALL_GUTTER, pending["arguments"], width))
+    pin = f" --sha256 {one_line(digest)}" if digest else ""
     always = " [--always]" if pending.get("can_approve_always") else ""
-    lines.append(f"approve with: errands approve {shlex.quote(task_id)}{always}")
-    lines.append(f"deny with:    errands deny {shlex.quote(task_id)} [--reason TEXT]")
+    lines.append(f"approve with: errands approve {shlex.quote(task_id)}{pin}{always}")
+    lines.append(f"deny with:    errands deny {shlex.quote(task_id)}{pin} [--reason TEXT]")
     return "\n".join(lines)
+
+
+def _behind(gutter: str, text: str, width: int | None) -> list[str]:
+    """``text`` made safe (``shown``, tabs visible too), each of its lines behind ``gutter``;
+    given ``width``, a line longer than the screen continues on the next behind the gutter
+    with ``↪``, so no screen line of it starts without the gutter."""
+    rows = []
+    for line in shown(text).replace("\t", "\\t").split("\n"):
+        if width is None or width <= len(gutter) + 8:
+            rows.append(gutter + line)
+            continue
+        room, first = width - len(gutter) - 1, True
+        while True:
+            piece, line = _fit(line, room)
+            rows.append(gutter + ("" if first else "↪") + piece)
+            first = False
+            if not line:
+                break
+    return rows
+
+
+def _fit(line: str, room: int) -> tuple[str, str]:
+    """The start of ``line`` that fills at most ``room`` columns (wide characters take two),
+    and the rest."""
+    used = 0
+    for i, char in enumerate(line):
+        used += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        if used > room:
+            return line[:i], line[i:]
+    return line, ""
+
+
+def _terminal_width() -> int | None:
+    """The columns of the terminal the CLI prints to (stdout, or stderr where ``errands run``
+    shows approvals), or None when neither is one."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream.isatty():
+                return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def step_line(event: StoredEvent, types: dict[tuple[int, int], str]) -> str | None:
