@@ -1,4 +1,4 @@
-"""``python -m bench [B1 … B6] [--smoke]``: run benchmarks, save their results, write the doc.
+"""``python -m bench [B1 … B7] [--smoke]``: run benchmarks, save their results, write the doc.
 
 With no names every benchmark runs at full size. ``--smoke`` runs them at the tiny sizes the
 smoke test uses and prints the results without saving anything.
@@ -22,6 +22,7 @@ from bench import (
     b4_fanout,
     b5_cache,
     b6_parked,
+    b7_markdown,
 )
 from bench._measure import child_pids, load_average
 from bench._report import DOC, load_results, machine, now, render, save_results
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "B4": b4_fanout,
     "B5": b5_cache,
     "B6": b6_parked,
+    "B7": b7_markdown,
 }
 
 
@@ -78,7 +80,7 @@ async def run_one(key: str, smoke: bool) -> dict[str, Any]:
 
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("names", nargs="*", metavar="B1..B6", help="benchmarks to run (all)")
+    parser.add_argument("names", nargs="*", metavar="B1..B7", help="benchmarks to run (all)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; save nothing")
     args = parser.parse_args(argv)
     names = [n.upper() for n in args.names] or list(BENCHMARKS)

@@ -46,9 +46,7 @@ def branch_request(client: openai.OpenAI, k: int) -> str:
 def alive(model: str) -> int:
     """RecordedRequest objects of ``model`` anywhere in this process."""
     gc.collect()
-    return sum(
-        1 for o in gc.get_objects() if isinstance(o, RecordedRequest) and o.model == model
-    )
+    return sum(1 for o in gc.get_objects() if isinstance(o, RecordedRequest) and o.model == model)
 
 
 def test_the_demo_server_keeps_only_its_latest_requests(demo: ScriptedModelServer) -> None:

@@ -86,29 +86,41 @@ A = 'target="_blank" rel="noopener noreferrer nofollow"'
 CASES = [
     ("# Plan ##", "<h4>Plan</h4>"),
     ("### Learning C#", "<h6>Learning C#</h6>"),
-    ("Go **now**, _then_ `rest`.\nNext line.", (
-        "<p>Go <strong>now</strong>, <em>then</em> <code>rest</code>.\nNext line.</p>"
-    )),
-    ("__bold__ and *it* and snake_case_name", (
-        "<p><strong>bold</strong> and <em>it</em> and snake_case_name</p>"
-    )),
+    (
+        "Go **now**, _then_ `rest`.\nNext line.",
+        ("<p>Go <strong>now</strong>, <em>then</em> <code>rest</code>.\nNext line.</p>"),
+    ),
+    (
+        "__bold__ and *it* and snake_case_name",
+        ("<p><strong>bold</strong> and <em>it</em> and snake_case_name</p>"),
+    ),
     ("``a ` b`` then `x`", "<p><code>a ` b</code> then <code>x</code></p>"),
-    ("**[*_`a`_*](https://e.com)**", (
-        f'<p><strong><a href="https://e.com/" {A}><em><em><code>a</code></em></em></a>'
-        "</strong></p>"
-    )),
-    ("[bad](javascript:alert(1)) <b>x</b> see https://example.com/a.", (
-        "<p>[bad](javascript:alert(1)) &lt;b&gt;x&lt;/b&gt; see "
-        f'<a href="https://example.com/a" {A}>https://example.com/a</a>.</p>'
-    )),
-    ("- one\n- two\n  1. nested\n\n> quoted *words*\n> > deeper", (
-        "<ul><li>one</li><li>two<ol><li>nested</li></ol></li></ul>"
-        "<blockquote><p>quoted <em>words</em></p><blockquote><p>deeper</p></blockquote>"
-        "</blockquote>"
-    )),
-    ("text\n---\n\n```py\nprint('<b>')\n```", (
-        '<p>text</p><hr><pre><code data-lang="py">print(\'&lt;b&gt;\')</code></pre>'
-    )),
+    (
+        "**[*_`a`_*](https://e.com)**",
+        (
+            f'<p><strong><a href="https://e.com/" {A}><em><em><code>a</code></em></em></a>'
+            "</strong></p>"
+        ),
+    ),
+    (
+        "[bad](javascript:alert(1)) <b>x</b> see https://example.com/a.",
+        (
+            "<p>[bad](javascript:alert(1)) &lt;b&gt;x&lt;/b&gt; see "
+            f'<a href="https://example.com/a" {A}>https://example.com/a</a>.</p>'
+        ),
+    ),
+    (
+        "- one\n- two\n  1. nested\n\n> quoted *words*\n> > deeper",
+        (
+            "<ul><li>one</li><li>two<ol><li>nested</li></ol></li></ul>"
+            "<blockquote><p>quoted <em>words</em></p><blockquote><p>deeper</p></blockquote>"
+            "</blockquote>"
+        ),
+    ),
+    (
+        "text\n---\n\n```py\nprint('<b>')\n```",
+        ("<p>text</p><hr><pre><code data-lang=\"py\">print('&lt;b&gt;')</code></pre>"),
+    ),
 ]
 
 

@@ -27,7 +27,7 @@ export function renderMarkdown(node, text) {
 
 // -- live text ------------------------------------------------------------------------------
 
-const live = new WeakMap(); // box -> {text, offset, open, count, first}
+const live = new WeakMap(); // box -> {text, offset, open, first, last}
 
 // Render `text` into `node`, which holds an earlier render of a text it extends: the finished
 // blocks stay (the same nodes), the open ones are rendered again from where they start. A text
@@ -39,8 +39,8 @@ export function renderLive(node, text) {
   const intact =
     state &&
     text.startsWith(state.text) &&
-    node.childNodes.length === state.count &&
-    node.firstChild === state.first;
+    node.firstChild === state.first &&
+    node.lastChild === state.last;
   if (!intact) {
     node.replaceChildren();
     state = { text: "", offset: 0, open: [] };
@@ -67,7 +67,7 @@ export function renderLive(node, text) {
     node.append(part);
     i = end;
   }
-  live.set(node, { text, offset, open, count: node.childNodes.length, first: node.firstChild });
+  live.set(node, { text, offset, open, first: node.firstChild, last: node.lastChild });
 }
 
 // The lines of `text` from `from` (a line's start), with where each starts in the text.
