@@ -92,9 +92,9 @@ def stored_texts(
 ) -> tuple[list[Message], bool]:
     """``messages`` with the text of those held in the store read back: a tool result over
     ``limit`` bytes as its preview (``result_preview``, numbered by its row in the task's
-    results); with ``previews`` at ``ALL``, also every result of an earlier step over
-    ``PREVIEW_OVER``, the pages ``read_message`` showed among them; and whether any result is
-    shown as a preview. Blocking."""
+    results); with ``previews`` at ``ALL``, every result over ``PREVIEW_OVER``, earlier pages
+    ``read_message`` showed among them (never the page the latest step asked for); and whether
+    any result is shown as a preview. Blocking."""
     latest = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     out = []
     previewed = False
@@ -103,11 +103,11 @@ def stored_texts(
             row = store.get(message.stored)
             text = row.text if row is not None else "(this result is no longer in the store)"
             if row is not None:
-                shown = text if message.tool_name == READ_MESSAGE else None  # what was asked for
-                if shown is None and limit is not None and _utf8_over(text, limit):
-                    text, previewed = result_preview(text, row.seq, limit), True
-                elif previews == ALL and index < latest and len(text) > PREVIEW_OVER:
+                asked = message.tool_name == READ_MESSAGE and index > latest  # the page it read
+                if previews == ALL and not asked and len(text) > PREVIEW_OVER:
                     text, previewed = result_preview(text, row.seq, PREVIEW_OVER), True
+                elif not asked and limit is not None and _utf8_over(text, limit):
+                    text, previewed = result_preview(text, row.seq, limit), True
             message = message.model_copy(update={"text": text, "stored": None})
         out.append(message)
     return out, previewed

@@ -154,3 +154,24 @@ async def test_read_message_pages_through_a_large_stored_result(
     ), page[:200]
     row = stored_result(stack, result.task_id)
     assert page.endswith(row.text[PAGE_CHARS : 2 * PAGE_CHARS])
+
+
+async def test_results_under_the_share_that_together_overflow_are_previewed_and_the_task_replies(
+    client: Any, scripted: ScriptedModelServer, stack: Stack
+) -> None:
+    # Five results of 18,000 bytes: each under the share (about 19,700 bytes on this model),
+    # together past the request's budget. The fitting shortens them all rather than fail.
+    model = f"hostile-five-{stack.backend}"
+    calls = [Call(TOOL, {"size": 18_000 + k}) for k in range(5)]
+    scripted.script(model, Reply(calls=calls), final("Done."))
+    handle = await start_task(
+        client, stack.settings.task_queue, "Dump five.", model=f"openai:{model}"
+    )
+    result = await asyncio.wait_for(handle.result(), REPLY_WITHIN)
+
+    assert result.status == "replied", result.error
+    after = scripted.requests_for(model)[1]
+    assert fits_the_window(after), f"{len(after.raw):,} bytes sent to a {WINDOW:,}-token model"
+    shown = tool_results(after)
+    assert len(shown) == 5
+    assert all(MARKER.search(text) for text in shown), [text[-300:] for text in shown]
