@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-GENERATED = {"input", "pure"}
+GENERATED = {"input", "pure", "hostile"}
 """Scenarios whose "faults" are generated inputs rather than injected failures."""
 
 MAX_DETAILS = 40
@@ -34,6 +34,8 @@ LOSSES = (
     "property violations",
     "secrets in history",
     "histories that do not replay",
+    "wrong displays",
+    "tool calls not as approved",
 )
 """The names losses are counted under, in the order the note lists them."""
 

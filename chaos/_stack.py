@@ -166,7 +166,9 @@ class Stack:
         self.queues.append(queue)
         return queue
 
-    def settings(self, queue: str) -> Settings:
+    def settings(self, queue: str, **extra: str) -> Settings:
+        """A worker's settings on ``queue``; ``extra`` adds settings by name
+        (``ERRANDS_MCP_SERVERS=…``)."""
         return Settings(
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=queue,
@@ -175,6 +177,7 @@ class Stack:
             OPENAI_BASE_URL=self.models.openai_base_url,
             ANTHROPIC_API_KEY=SecretStr(self.anthropic_key),
             ANTHROPIC_BASE_URL=self.models.anthropic_base_url,
+            **extra,  # type: ignore[arg-type]
         )
 
     def worker_env(self, queue: str) -> dict[str, str]:
@@ -199,9 +202,9 @@ class Stack:
         return WorkerProcess(self.worker_env(queue), self.root / f"worker-{queue}.log")
 
     @asynccontextmanager
-    async def worker(self, queue: str) -> AsyncIterator[None]:
+    async def worker(self, queue: str, **extra: str) -> AsyncIterator[None]:
         """A worker in this process, for scenarios that do not kill it."""
-        settings = self.settings(queue)
+        settings = self.settings(queue, **extra)
         router = ModelRouter(settings)
         try:
             async with build_worker(self.client, settings, store=self.store, router=router):

@@ -22,6 +22,7 @@ from chaos._crashes import (
     worker_kills,
 )
 from chaos._faults import provider_faults
+from chaos._hostile import hostile_input
 from chaos._planned import Size
 from chaos._probes import probes
 from chaos._report import Outcome, Run
@@ -53,7 +54,7 @@ SHORT = Scale(
     examples={"answers": 10, "side questions": 6, "control-tool arguments": 8},
     pure_examples=0,
 )
-SCENARIOS = ["kill", "restart", "faults", "input", "probes", "pure"]
+SCENARIOS = ["kill", "restart", "faults", "input", "hostile", "probes", "pure"]
 
 
 def scenario_rng(seed: int, name: str) -> random.Random:
@@ -72,6 +73,7 @@ async def run_suite(seed: int, *, short: bool, only: list[str] | None = None) ->
             "restart": lambda: server_restarts(stack, scenario_rng(seed, "restart"), scale.restart),
             "faults": lambda: provider_faults(stack, scale.apis),
             "input": lambda: bad_input(stack, seed, scale.examples),
+            "hostile": lambda: hostile_input(stack, full=not short),
             "probes": lambda: probes(stack, scale.probes),
         }
         for name in chosen:

@@ -19,6 +19,7 @@ from chaos._bad_input import bad_input
 from chaos._checks import audit_histories
 from chaos._crashes import server_restarts, worker_kills
 from chaos._faults import provider_faults
+from chaos._hostile import hostile_input
 from chaos._probes import probes
 from chaos._report import Outcome
 from chaos._stack import Stack
@@ -59,6 +60,12 @@ async def test_bad_answers_side_questions_and_control_arguments_strand_no_task(
     stack: Stack,
 ) -> None:
     nothing_lost(await bad_input(stack, SEED, SHORT.examples))
+
+
+async def test_hostile_models_and_tools_break_no_task_and_fool_no_display(stack: Stack) -> None:
+    outcome = await hostile_input(stack, full=False)
+    nothing_lost(outcome)
+    assert outcome.tasks == outcome.facts["cases"] >= 14
 
 
 async def test_no_history_holds_a_provider_key_and_every_history_replays(stack: Stack) -> None:
