@@ -3,7 +3,8 @@
 // it is written, questions, approvals, steering messages and side questions.
 // Plain DOM, no build step. Every text from the server becomes a text node (textContent or
 // append(string)); nothing is ever parsed as HTML, markdown included.
-// ES modules, one concern each: api.js (calls, token, el), markdown.js, sessions.js (the list
+// ES modules, one concern each: api.js (calls, token, el), markdown.js (blocks and live text)
+// with inline.js (its inline marks), sessions.js (the list
 // and the open session), task.js (the task followed), events.js (reading its event log),
 // rounds.js (what each event changes), cards.js (questions and approvals). This one starts and
 // follows tasks, sends messages, side questions and cancels, and wires the page up.
