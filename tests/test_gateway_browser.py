@@ -7,16 +7,20 @@ positions beyond what a store holds."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from starlette.routing import Route
+from fastapi.responses import HTMLResponse
+from playwright.async_api import Browser, Route, async_playwright, expect
+from starlette import routing
 from temporalio.client import Client
 
 from errands.adapters.scripted import ScriptedModelServer
@@ -260,7 +264,7 @@ async def test_every_route_static_file_and_refusal_carries_the_security_headers(
     routes |= {
         (method, route.path)
         for route in gateway.app.routes
-        if isinstance(route, Route)
+        if isinstance(route, routing.Route)
         for method in route.methods or ()
     }
     assert {
@@ -430,3 +434,137 @@ async def test_an_event_position_of_20_digits_is_refused_not_a_500_on_postgresql
         finally:
             store.close()
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+# -- in Chromium: what a hostile page can do with a real browser ------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+in_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists() and not os.environ.get("CI"),
+    reason=f"no Chromium at {CHROMIUM} (install Debian's `chromium` package); CI always runs this",
+)
+REBIND = "rebind.evil.example"
+RECORD_VIOLATIONS = """
+    window.violations = [];
+    document.addEventListener("securitypolicyviolation",
+        (e) => window.violations.push(e.violatedDirective + " " + e.blockedURI));
+"""
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            # The rebinding attacker's name resolves to loopback, as rebound DNS would make it.
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",
+            ],
+        )
+        try:
+            yield browser
+        finally:
+            await browser.close()
+
+
+async def serve_evil_page(browser: Browser, html: str) -> Any:
+    """A page of another site (``EVIL``) showing ``html``, in a fresh browser context."""
+    page = await browser.new_page()
+
+    async def fulfil(route: Route) -> None:
+        await route.fulfill(status=200, content_type="text/html", body=html)
+
+    await page.route(f"{EVIL}/**", fulfil)
+    return page
+
+
+@in_chromium
+async def test_in_chromium_a_name_rebound_to_loopback_reads_nothing(
+    browser: Browser, gateway: Gateway, ended_task: str
+) -> None:
+    page = await browser.new_page()
+    rebound = f"http://{REBIND}:{gateway.port}"
+    response = await page.goto(f"{rebound}/")
+    assert response is not None and response.status == 400
+    assert "DNS rebinding" in await page.content()
+    # The attacker's script on that origin, reading the API: every read is refused.
+    statuses = await page.evaluate(
+        """async (paths) => Promise.all(paths.map(async (p) => (await fetch(p)).status))""",
+        ["/v1/tasks", f"/v1/tasks/{ended_task}", f"/v1/tasks/{ended_task}/events"],
+    )
+    assert statuses == [400, 400, 400]
+
+
+@in_chromium
+@pytest.mark.parametrize("enctype", ["application/x-www-form-urlencoded", "text/plain"])
+async def test_in_chromium_a_cross_site_form_cannot_cancel_a_task(
+    browser: Browser,
+    gateway: Gateway,
+    http: httpx.AsyncClient,
+    scripted: ScriptedModelServer,
+    enctype: str,
+) -> None:
+    scripted.script("gpt-browser-form", ask(DATABASE))
+    task = await start(http, session_id(), "ask and wait", "openai:gpt-browser-form")
+    await until_state(http, task, "waiting_for_user")
+    # text/plain makes the body `{"x":"=1"}`: JSON that a JSON parser would take.
+    form = (
+        f'<form method="post" action="{gateway.url}/v1/tasks/{task}/cancel" '
+        f'enctype="{enctype}"><input name=\'{{"x":"\' value=\'1"}}\'></form>'
+        "<script>document.forms[0].submit()</script>"
+    )
+    page = await serve_evil_page(browser, form)
+    async with page.expect_response(lambda r: r.url.endswith("/cancel")) as posted:
+        await page.goto(f"{EVIL}/prize.html")
+    response = await posted.value
+    assert response.status == 403, await response.text()
+    assert response.request.headers.get("origin") == EVIL
+    assert (await http.get(f"/v1/tasks/{task}")).json()["status"] == "waiting_for_user"
+    assert (await http.post(f"/v1/tasks/{task}/cancel")).status_code == 202  # the CLI's way
+    await until_state(http, task, "canceled")
+
+
+@in_chromium
+async def test_in_chromium_no_other_site_can_frame_the_page(
+    browser: Browser, gateway: Gateway
+) -> None:
+    # Another site on this machine (another port: another origin, and a local one, so that
+    # Chromium's own rule against public pages framing local ones is not what refuses it).
+    other = FastAPI()
+    framing = HTMLResponse(f'<iframe src="{gateway.url}/"></iframe>')
+    other.add_api_route("/game.html", lambda: framing)
+    async with serving(other) as other_url:
+        page = await browser.new_page()
+        await page.goto(f"{other_url.replace('127.0.0.1', 'localhost')}/game.html")
+        [frame] = [f for f in page.frames if f != page.main_frame]
+        # Chromium put its error page in the frame instead of the gateway's page.
+        assert frame.url.startswith("chrome-error://"), frame.url
+        assert await frame.locator("[data-testid=token]").count() == 0, "the page was framed"
+
+
+@in_chromium
+async def test_in_chromium_the_page_works_under_its_policy_without_a_violation(
+    browser: Browser, gateway: Gateway, scripted: ScriptedModelServer
+) -> None:
+    scripted.script(
+        "gpt-browser-csp", final("**Done** with `code`, [a link](https://example.com).")
+    )
+    page = await browser.new_page()
+    warnings: list[str] = []
+    page.on("console", lambda m: warnings.append(m.text) if "Policy" in m.text else None)
+    await page.add_init_script(RECORD_VIOLATIONS)
+    response = await page.goto(f"{gateway.url}/")
+    assert response is not None and response.status == 200
+    await page.get_by_test_id("session").fill(session_id())
+    await page.get_by_test_id("task-text").fill("say it in markdown")
+    await page.get_by_text("Options").click()
+    await page.get_by_test_id("model").fill("openai:gpt-browser-csp")
+    await page.get_by_test_id("start").click()
+    reply = page.get_by_test_id("reply")
+    await expect(reply.locator("strong")).to_have_text("Done", timeout=60_000)
+    await expect(page.get_by_test_id("task-status")).to_have_text("replied", timeout=60_000)
+    assert await page.evaluate("window.violations") == []
+    assert warnings == []
