@@ -27,7 +27,7 @@ from errands.agent.reading import PAGE_CHARS
 from errands.contracts import ids
 from errands.contracts.messages import StoredMessage
 from errands.contracts.rows import ToolResultMeta
-from tests.helpers import final, start_task
+from tests.helpers import Conversation, delegate, final, start_task
 from tests.store_stacks import Stack, database, stack
 
 __all__ = ["database", "stack"]  # fixtures, imported for pytest
@@ -175,3 +175,39 @@ async def test_results_under_the_share_that_together_overflow_are_previewed_and_
     shown = tool_results(after)
     assert len(shown) == 5
     assert all(MARKER.search(text) for text in shown), [text[-300:] for text in shown]
+
+
+async def test_a_branchs_50_mb_result_is_stored_cut_and_previewed_and_the_task_replies(
+    client: Any, scripted: ScriptedModelServer, stack: Stack, hostile_dir: Path
+) -> None:
+    size = 50_000_001  # a size of its own: the call log tells this call from the others
+    branch_requests: list[RecordedRequest] = []
+
+    def branch(request: RecordedRequest) -> Reply:
+        branch_requests.append(request)
+        if tool_results(request):
+            return Reply(text="The dump is long; it starts with 'dump start'.")
+        return Reply(calls=[Call(TOOL, {"size": size})])
+
+    convo = Conversation([delegate("Dump it."), final("Done.")], branch, branches=2)
+    convo.install(scripted, f"hostile-branch-{stack.backend}")
+    handle = await start_task(
+        client,
+        stack.settings.task_queue,
+        "Have it dumped.",
+        model=f"openai:hostile-branch-{stack.backend}",
+    )
+    result = await asyncio.wait_for(handle.result(), REPLY_WITHIN)
+
+    assert result.status == "replied", result.error
+    after = branch_requests[1]
+    assert fits_the_window(after), f"{len(after.raw):,} bytes sent to a {WINDOW:,}-token model"
+    (shown,) = tool_results(after)
+    assert shown.startswith("dump start")
+    assert "read_message(ref " in shown
+    thread = ids.child_workflow_id(handle.id, 0, 1)
+    row = stack.store.get(ids.thread_tool_result_id(thread, 0, 0))
+    assert row is not None
+    assert len(row.text.encode()) <= stack.settings.tool_result_max_bytes
+    assert row.text.endswith("ask the tool for a narrower or paged answer.]")
+    assert calls_logged(hostile_dir, size) == 1, "the tool ran once"
