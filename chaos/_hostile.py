@@ -80,7 +80,7 @@ class HostileModel:
     def __call__(self, request: RecordedRequest) -> Step | None:
         body = request.body
         messages = body.get("messages", [])
-        tools = [t["function"]["name"] for t in body.get("tools", [])]
+        tools = [t.get("name") or t["function"]["name"] for t in body.get("tools", [])]
         if "final_reply" not in tools:
             return Reply(text="branch output")
         user = next((m.get("content") or "" for m in messages if m["role"] == "user"), "")

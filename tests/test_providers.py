@@ -27,6 +27,7 @@ from errands.adapters.providers import (
     openai_client,
 )
 from errands.adapters.scripted import Call, Fail, Reply, Reset, ScriptedModelServer
+from errands.agent.arguments import refusal
 from errands.agent.model_catalog import model_catalog
 from errands.agent.side_questions import fallback_request, preferred_request
 from errands.contracts.messages import (
@@ -150,6 +151,26 @@ async def test_tool_calls_keep_their_ids_and_raw_arguments_even_malformed(
     ]
     assert response.text == ""
     assert response.finish_reason == {"openai": "tool_calls", "anthropic": "tool_use"}[api]
+
+
+@both_apis
+async def test_a_tool_call_nested_1000_deep_is_refused_to_the_model_even_without_a_delta_sink(
+    api: str, server: Server
+) -> None:
+    """Anthropic sends a whole message's tool input parsed, and that parse cannot go 1,000
+    levels deep: the provider asks once more, streamed, where the input arrives as text."""
+    deep = '{"text": ' + "[" * 1000 + "]" * 1000 + "}"
+    steps = [Reply(calls=[Call("final_reply", deep)])] * (2 if api == "anthropic" else 1)
+    server.script(MODEL[api], *steps)
+
+    response = await complete(api, server)  # no on_delta: nobody reads the answer as it comes
+
+    [call] = response.tool_calls
+    assert call.name == "final_reply"
+    refused = refusal(call.arguments) or ""
+    assert "nested more than" in refused or "could not be read as JSON" in refused
+    streamed = [bool(r.body.get("stream")) for r in server.requests]
+    assert streamed == ([False, True] if api == "anthropic" else [False])
 
 
 @both_apis

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import anthropic
@@ -31,6 +32,9 @@ from errands.contracts.messages import (
 
 _TOOL_CHOICE = {"required": {"type": "any"}, "auto": {"type": "auto"}, "none": {"type": "none"}}
 _BREAKPOINT = {"type": "ephemeral"}
+
+
+logger = logging.getLogger("errands.providers")
 
 
 def anthropic_client(*, api_key: str | None, base_url: str | None) -> anthropic.AsyncAnthropic:
@@ -140,7 +144,10 @@ def anthropic_response(message: AnthropicMessage) -> ModelResponse:
             # A str input is what a malformed-arguments answer looks like: keep it as is, so
             # the repair ladder sees exactly what the model sent.
             raw = block.input
-            arguments = raw if isinstance(raw, str) else json.dumps(raw)
+            try:
+                arguments = raw if isinstance(raw, str) else json.dumps(raw)
+            except RecursionError:  # parsed, yet too deep to write back: the model is told
+                arguments = json.dumps({REFUSED: "the arguments are nested too deeply to read"})
             calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
     usage = message.usage
     cache_read = usage.cache_read_input_tokens or 0
@@ -183,8 +190,18 @@ class AnthropicMessagesProvider:
     ) -> ModelResponse:
         params = anthropic_params(model, request, self._catalog.lookup(f"anthropic:{model}"))
         if on_delta is None:
-            message = await self._client.messages.create(**params, timeout=timeout)
-            return anthropic_response(message)
+            try:
+                message = await self._client.messages.create(**params, timeout=timeout)
+            except RecursionError:
+                # A whole message arrives parsed, and the parse of a tool input nested ~1,000
+                # levels deep fails, however often it is retried. Streamed, the input comes as
+                # JSON text the SDK gives up on cleanly, and the model is told
+                # (``unreadable_input``): ask once more that way.
+                logger.warning(
+                    "an answer of %s nested too deeply to read; asked again, streamed", model
+                )
+            else:
+                return anthropic_response(message)
         names: dict[int, str] = {}  # the tool_use blocks' names, by block index
         # The SDK's timeout bounds each read; the whole answer gets the call's timeout too.
         async with (
@@ -198,7 +215,7 @@ class AnthropicMessagesProvider:
                         and event.content_block.type == "tool_use"
                     ):
                         names[event.index] = event.content_block.name
-                    elif event.type == "content_block_delta":
+                    elif event.type == "content_block_delta" and on_delta is not None:
                         if event.delta.type == "text_delta" and event.delta.text:
                             on_delta(Delta(event.delta.text))
                         elif event.delta.type == "input_json_delta" and event.delta.partial_json:

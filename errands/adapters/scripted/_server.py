@@ -33,6 +33,7 @@ from errands.adapters.scripted._wire import (
     _openai_completion,
     _reset_connection,
     _stream,
+    wire_json,
 )
 from errands.contracts.messages import Usage
 
@@ -303,7 +304,7 @@ class ScriptedModelServer:
             return await _stream(request, recorded, index, step, usage)
         recorded.reported_usage = usage
         render = _openai_completion if api == "openai" else _anthropic_message
-        return web.json_response(render(recorded, index, step, usage))
+        return web.json_response(render(recorded, index, step, usage), dumps=wire_json)
 
     def _usage(self, recorded: RecordedRequest, reply: Reply) -> Usage:
         usage = reply.usage or _default_usage(recorded.raw, reply)

@@ -140,11 +140,38 @@ def _anthropic_usage(usage: Usage) -> dict[str, Any]:
     }
 
 
+class RawJson(str):
+    """JSON text that goes on the wire as it is: a tool input nested too deeply for this
+    server's own parser, which a real API could still send."""
+
+
+def wire_json(body: Any) -> str:
+    """``body`` as JSON, each ``RawJson`` in it written as its text."""
+    raws: list[str] = []
+
+    def mark(value: Any) -> Any:
+        if isinstance(value, RawJson):
+            raws.append(value)
+            return f"\x00raw {len(raws) - 1}\x00"
+        if isinstance(value, dict):
+            return {key: mark(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [mark(item) for item in value]
+        return value
+
+    text = json.dumps(mark(body))
+    for number, raw in enumerate(raws):
+        text = text.replace(json.dumps(f"\x00raw {number}\x00"), raw)
+    return text
+
+
 def _anthropic_input(arguments: dict[str, Any] | str) -> Any:
     if not isinstance(arguments, str):
         return arguments
     try:
         parsed = json.loads(arguments)
+    except RecursionError:
+        return RawJson(arguments)
     except ValueError:
         return arguments
     # Anything but an object goes out as the raw string: the malformed-arguments case on this API.
