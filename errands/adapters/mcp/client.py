@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ import anyio
 import httpx2
 from mcp import types
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
@@ -309,6 +310,10 @@ async def _streams(
         parameters = StdioServerParameters(
             command=program, args=arguments, env=config.env or None, cwd=config.cwd
         )
+        if sys.platform == "win32":  # the bounded transport stops process groups the POSIX way
+            async with stdio_client(parameters) as streams:
+                yield streams
+            return
         async with bounded_stdio(parameters, exchange.max_line, exchange.oversized) as streams:
             yield streams
         return
