@@ -540,8 +540,12 @@ async def test_in_chromium_no_other_site_can_frame_the_page(
         page = await browser.new_page()
         await page.goto(f"{other_url.replace('127.0.0.1', 'localhost')}/game.html")
         [frame] = [f for f in page.frames if f != page.main_frame]
+        shown = await eventually(
+            lambda: frame.url if frame.url not in ("", "about:blank") else None,
+            "the frame to end its navigation",
+        )
         # Chromium put its error page in the frame instead of the gateway's page.
-        assert frame.url.startswith("chrome-error://"), frame.url
+        assert shown.startswith("chrome-error://"), shown
         assert await frame.locator("[data-testid=token]").count() == 0, "the page was framed"
 
 
