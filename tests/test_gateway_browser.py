@@ -572,3 +572,22 @@ async def test_in_chromium_the_page_works_under_its_policy_without_a_violation(
     await expect(page.get_by_test_id("task-status")).to_have_text("replied", timeout=60_000)
     assert await page.evaluate("window.violations") == []
     assert warnings == []
+
+
+async def test_a_position_beyond_the_stores_range_reads_nothing_on_both_stores(
+    tmp_path: Path,
+) -> None:
+    """Under the gateway's bound: what the CLI and ``errands.Client`` read (``watch --after``)."""
+    schema = f"errands_gwb_{uuid.uuid4().hex[:12]}"
+    with pg_admin() as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            for url in (f"sqlite:///{tmp_path / 'positions.db'}", pg_url_in(schema)):
+                store = open_store(url)
+                try:
+                    assert store.list_events("task-x-1", after_seq=10**20) == [], url
+                    assert store.list_session("gwb-x", after_seq=10**20) == [], url
+                finally:
+                    store.close()
+        finally:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -17,6 +17,8 @@ from errands.contracts.messages import StoredMessage
 
 COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
 EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
+SEQ_MAX = 2**63 - 1
+"""The largest seq either database holds; nothing is after it (a larger position overflows)."""
 
 
 class SqlReads:
@@ -63,7 +65,7 @@ class SqlReads:
         self, session_id: str, *, upto_seq: int | None = None, after_seq: int = 0
     ) -> list[StoredMessage]:
         query = f"SELECT {COLUMNS} FROM messages WHERE session_id = ? AND seq > ?"
-        params: list[Any] = [session_id, after_seq]
+        params: list[Any] = [session_id, min(after_seq, SEQ_MAX)]
         if upto_seq is not None:
             query += " AND seq <= ?"
             params.append(upto_seq)
@@ -95,6 +97,6 @@ class SqlReads:
         rows = self._fetch(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE task_id = ? AND seq > ?"
             " ORDER BY seq LIMIT ?",
-            [task_id, after_seq, limit],
+            [task_id, min(after_seq, SEQ_MAX), limit],
         )
         return [self._event(row) for row in rows]
