@@ -6,7 +6,8 @@ then answers ``final_reply`` with ``RECOVERED``:
 
 - arguments 1,000 levels deep to the advisor and every control tool, and arguments past the
   parser's size cap: the model is told, the task replies;
-- tool results of 100 KB and 1 MB (50 MB in the full run): previewed in the request that
+- tool results of 100 KB and 1 MB (50 MB in the full run, which plays every case on both
+  APIs): previewed in the request that
   follows, the task replies;
 - a result and a model reply with NUL, a lone surrogate and escape sequences: both stores hold
   them, the task replies;
@@ -167,14 +168,14 @@ class Hostile:
         }
         return json.dumps({"hostile": server})
 
-    async def run(self, number: int, case: Case) -> None:
+    async def run(self, number: int, case: Case, api: str) -> None:
         tag = str(number)
         self.model.scripts[tag] = list(case.steps)
         data = TaskInput(
             task_id=f"task-{self.queue}-{tag}",
             session_id=f"{self.queue}-{tag}",
             text=f"chaos hostile {tag} ({case.name})",
-            model=f"openai:{NAME}",
+            model=f"{api}:{NAME}",
             settings=RoundSettings(model_max_attempts=3),
         )
         handle = await self.stack.client.start_workflow(
@@ -319,7 +320,8 @@ def _controls(char: str) -> bool:
     return code < 0x20 or 0x7F <= code <= 0x9F or unicodedata.category(char) in {"Cf", "Cs"}
 
 
-async def hostile_input(stack: Stack, *, full: bool) -> Outcome:
+async def hostile_input(stack: Stack, *, full: bool, apis: list[str]) -> Outcome:
+    """Every case on each API of ``apis`` (``openai``, ``anthropic``)."""
     outcome = Outcome(
         "hostile",
         "Hostile input: nested and huge arguments, huge and NUL-bearing results, escape "
@@ -329,11 +331,12 @@ async def hostile_input(stack: Stack, *, full: bool) -> Outcome:
     started = time.monotonic()
     runner = Hostile(stack, queue, outcome)
     async with stack.worker(queue, ERRANDS_MCP_SERVERS=runner.mcp_servers()):
-        for number, case in enumerate(cases(full), 1):
+        every = [(case, api) for api in apis for case in cases(full)]
+        for number, (case, api) in enumerate(every, 1):
             outcome.faults[case.name] += 1
             outcome.tasks += 1
             try:
-                await runner.run(number, case)
+                await runner.run(number, case, api)
             except Violation as violation:
                 outcome.lose(violation.what, str(violation)[:600])
     outcome.seconds = time.monotonic() - started

@@ -73,7 +73,7 @@ async def run_suite(seed: int, *, short: bool, only: list[str] | None = None) ->
             "restart": lambda: server_restarts(stack, scenario_rng(seed, "restart"), scale.restart),
             "faults": lambda: provider_faults(stack, scale.apis),
             "input": lambda: bad_input(stack, seed, scale.examples),
-            "hostile": lambda: hostile_input(stack, full=not short),
+            "hostile": lambda: hostile_input(stack, full=not short, apis=scale.apis),
             "probes": lambda: probes(stack, scale.probes),
         }
         for name in chosen:

@@ -63,7 +63,7 @@ async def test_bad_answers_side_questions_and_control_arguments_strand_no_task(
 
 
 async def test_hostile_models_and_tools_break_no_task_and_fool_no_display(stack: Stack) -> None:
-    outcome = await hostile_input(stack, full=False)
+    outcome = await hostile_input(stack, full=False, apis=SHORT.apis)
     nothing_lost(outcome)
     assert outcome.tasks == outcome.facts["cases"] >= 14
 
