@@ -102,12 +102,22 @@ async def test_config_masks_every_secret_in_every_url(cli_env: dict[str, str]) -
     assert "token=****" in report["ERRANDS_TEMPORAL_UI_URL"]["value"]
 
 
-async def test_a_refused_url_setting_does_not_repeat_its_secret(cli_env: dict[str, str]) -> None:
-    env = {**cli_env, "OPENAI_BASE_URL": "ftp://proxy.example/v1?api-key=never-shown-1"}
-    result = await run_cli(env, "config")
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OPENAI_BASE_URL", "ftp://proxy.example/v1?api-key=never-shown-1"),
+        ("ERRANDS_DATABASE_URL", "file:sessions.db?mode=memory&password=never-shown-1"),
+        ("ERRANDS_DATABASE_URL", "mysql://app:never-shown-1@db/app?token=never-shown-1"),
+    ],
+    ids=["base-url", "in-memory-store", "unsupported-store"],
+)
+async def test_a_refused_url_setting_does_not_repeat_its_secret(
+    cli_env: dict[str, str], variable: str, value: str
+) -> None:
+    result = await run_cli({**cli_env, variable: value}, "config")
     assert result.code == 2
     line = a_clean_refusal(result.stderr)
-    assert "OPENAI_BASE_URL" in line and "never-shown-1" not in line
+    assert variable in line and "never-shown-1" not in line
 
 
 # -- bad settings and arguments: one line, exit 2, every command ------------------------------

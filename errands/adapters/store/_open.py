@@ -9,6 +9,7 @@ import psycopg
 from errands.adapters.store._base import SessionStore
 from errands.adapters.store._postgres import PostgresStore
 from errands.adapters.store._sqlite import SqliteStore
+from errands.contracts.urls import masked_url
 from errands.errors import StoreUnavailable
 
 
@@ -50,7 +51,7 @@ def sqlite_path(url: str) -> str | None:
         )
     if path in ("", ":memory:") or path.startswith("file:"):
         raise ValueError(
-            f"the session store needs a SQLite file, got {url!r}: connections of an in-memory "
-            "database do not share it; give a file path"
+            f"the session store needs a SQLite file, got {masked_url(url)!r}: connections of an "
+            "in-memory database do not share it; give a file path"
         )
     return path
