@@ -243,7 +243,7 @@ async def history(args: argparse.Namespace) -> int:
     else:
         for m in messages:
             print(one_line(f"[{m['seq']}] {m['role']} ({m['kind']}) {m['id']}"))
-            print(f"{shown(m['text'])}\n")
+            print(f"{shown(str(m['text']))}\n")
     return 0
 
 
