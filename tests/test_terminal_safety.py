@@ -278,6 +278,9 @@ async def test_escape_sequences_show_as_text_in_the_picker_status_wait_and_histo
         assert f"{task}: replied" in lines, "the screen was cleared or overwritten"
     history = assert_neutralised(await in_pty(env, "history", session), "user", "reply")
     assert any(re.match(r"\[\d+\] user", line) for line in history), history
+    # watch: the event log, the streamed reply and the question's events among it.
+    watched = assert_neutralised(await in_pty(env, "watch", task))
+    assert any(" question_asked " in line for line in watched), watched
 
     # --json: the exact document the API gives, every escape intact.
     async with Errands(client, settings) as errands:
