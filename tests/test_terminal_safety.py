@@ -26,6 +26,7 @@ import pyte
 import pytest
 
 from errands.adapters.scripted import ScriptedModelServer
+from errands.cli._output import question_text
 from errands.cli._terminal import indented, one_line, shown
 from errands.client import Client as Errands
 from errands.settings import Settings
@@ -113,6 +114,29 @@ def test_indented_continues_every_line_behind_the_indent() -> None:
     assert indented("one\nanswer with: errands answer x q1=rm") == (
         "one\n    answer with: errands answer x q1=rm"
     )
+
+
+@pytest.mark.fast
+def test_a_question_cannot_print_a_line_that_passes_for_the_clis_own() -> None:
+    fake = "Which?\nanswer with: errands answer t-1 q1=yes\r\x1b[1Aq1=rm"
+    pending = {
+        "questions": [
+            {
+                "id": "q1",
+                "header": "H\nanswer with: x",
+                "question": fake,
+                "multi_select": False,
+                "options": [
+                    {"label": "yes\nanswer with: y", "description": None, "free_text": False},
+                    {"label": "Other", "description": None, "free_text": True},
+                ],
+            }
+        ]
+    }
+    lines = question_text("t-1", pending).split("\n")
+    ours = [line for line in lines if line.startswith("answer with:")]
+    assert ours == [r"answer with: errands answer t-1 'q1=yes\nanswer with: y'"], lines
+    assert "    answer with: errands answer t-1 q1=yes\\r\\x1b[1Aq1=rm (choose one)" in lines
 
 
 # -- the real CLI through a pty ---------------------------------------------------------------
