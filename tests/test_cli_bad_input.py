@@ -186,6 +186,24 @@ async def test_a_setting_that_is_not_utf8_is_one_line_and_exit_2(
     assert "ERRANDS_SUBTASK_TYPES is not UTF-8" in line
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["watch", "task-x", "--after", "9" * 20], "is not a position: use 0 to"),
+        (["watch", "task-x", "--after", "-1"], "is not a position: use 0 to"),
+        (["serve", "--port", "70000"], "is not a TCP port: use 1 to 65535"),
+        (["dev", "--port", "0x50"], "is not a TCP port: use 1 to 65535"),
+    ],
+    ids=["after 20 digits", "after -1", "port 70000", "port 0x50"],
+)
+async def test_a_number_out_of_its_bounds_is_refused_before_use(
+    cli_env: dict[str, str], args: list[str], said: str
+) -> None:
+    result = await run_cli(cli_env, *args)
+    assert result.code == 2 and "Traceback" not in result.stderr, result.stderr
+    assert said in result.stderr
+
+
 # -- a quiet stop -----------------------------------------------------------------------------
 
 

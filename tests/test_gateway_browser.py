@@ -26,9 +26,10 @@ from temporalio.client import Client
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
+from errands.contracts.limits import SEQ_MAX
 from errands.errors import ConfigError
 from errands.gateway import create_app, serving
-from errands.gateway._app import MAX_SEQ, STATIC
+from errands.gateway._app import STATIC
 from errands.gateway._guards import SECURITY_HEADERS
 from errands.settings import Settings, load_settings
 from tests.conftest import run_cli
@@ -393,7 +394,7 @@ async def test_each_wrong_token_after_a_wait_makes_the_next_wait_longer(
 # -- event positions beyond what a store holds ------------------------------------------------
 
 
-BAD_POSITIONS = ["9" * 20, str(MAX_SEQ + 1), "-1", "ten", "1e3", "٣"]
+BAD_POSITIONS = ["9" * 20, str(SEQ_MAX + 1), "-1", "ten", "1e3", "٣"]
 
 
 async def assert_positions_bounded(h: httpx.AsyncClient, task: str) -> None:
@@ -408,9 +409,9 @@ async def assert_positions_bounded(h: httpx.AsyncClient, task: str) -> None:
             detail = response.json()["detail"]
             assert isinstance(detail, str) and ("after" in detail or "Last-Event-ID" in detail)
     # The largest position a store holds is read, not refused: nothing is after it.
-    assert (await h.get(path, params={"after": str(MAX_SEQ)})).status_code == 204
-    assert (await h.get(path, headers={"Last-Event-ID": str(MAX_SEQ)})).status_code == 204
-    messages = await h.get("/v1/sessions/gwb-positions/messages", params={"after": MAX_SEQ})
+    assert (await h.get(path, params={"after": str(SEQ_MAX)})).status_code == 204
+    assert (await h.get(path, headers={"Last-Event-ID": str(SEQ_MAX)})).status_code == 204
+    messages = await h.get("/v1/sessions/gwb-positions/messages", params={"after": SEQ_MAX})
     assert messages.status_code == 200 and messages.json()["messages"] == []
 
 

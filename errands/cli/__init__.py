@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
 from errands.cli._terminal import one_line
+from errands.contracts.limits import SEQ_MAX
 from errands.errors import ErrandsError, InvalidRequest, Stopped, TaskEnded, TaskFailed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -173,7 +174,9 @@ def _parser() -> argparse.ArgumentParser:
         "task",
         json=False,
     )
-    watch.add_argument("--after", type=int, default=0, metavar="SEQ", help="only events after SEQ")
+    watch.add_argument(
+        "--after", type=_position, default=0, metavar="SEQ", help="only events after SEQ"
+    )
     watch.add_argument("--json", action="store_true", help="one JSON object a line")
 
     command("cancel", commands.cancel, "cancel a running task", "task")
@@ -193,19 +196,32 @@ def _parser() -> argparse.ArgumentParser:
         "run the embedded stack: Temporal dev server, UI and worker",
         json=False,
     )
-    dev.add_argument("--port", type=int, default=None)
-    dev.add_argument("--ui-port", type=int, default=None)
+    dev.add_argument("--port", type=_port, default=None)
+    dev.add_argument("--ui-port", type=_port, default=None)
     dev.add_argument("--data-dir", default=None)
 
     serve = command("serve", commands.serve, "serve the HTTP gateway and the web page", json=False)
     serve.add_argument(
         "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
     )
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
     serve.set_defaults(stops_by_signal=True)
 
     command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
     return parser
+
+
+def _position(text: str) -> int:
+    """A position in an event log: a whole number from 0 to the largest a store holds."""
+    if not text.isascii() or not text.isdigit() or int(text) > SEQ_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a position: use 0 to {SEQ_MAX}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use 1 to 65535")
+    return int(text)
 
 
 def entry() -> None:

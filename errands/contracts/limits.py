@@ -26,3 +26,7 @@ ID_CHARS = 200
 """Characters of an id a caller echoes back: a question set's, an approval's, a question's."""
 REASON_CHARS = 2_000
 """Characters of the reason given with a denied tool call."""
+
+SEQ_MAX = 2**63 - 1
+"""The largest position (``seq``) in a session or an event log: both stores hold 64-bit signed
+integers, so a position past it is refused where it comes in (gateway, CLI)."""

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 
 from errands.client import Client, TaskHandle
 from errands.contracts.events import StoredEvent
+from errands.contracts.limits import SEQ_MAX
 from errands.contracts.workflows import MessageReceipt, TaskResult
 from errands.errors import InvalidRequest
 from errands.gateway._auth import BearerGuard
@@ -47,8 +48,6 @@ from errands.gateway._models import (
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
-MAX_SEQ = 2**63 - 1
-"""The largest position a store holds (a signed 64-bit integer on SQLite and PostgreSQL)."""
 
 SessionId = Annotated[
     str,
@@ -175,7 +174,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     async def messages(
         session_id: SessionId,
         after: Annotated[
-            int, Query(ge=0, le=MAX_SEQ, description="Only messages with a larger seq.")
+            int, Query(ge=0, le=SEQ_MAX, description="Only messages with a larger seq.")
         ] = 0,
     ) -> Messages:
         rows = await client.history(session_id, after=after)
@@ -228,7 +227,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         task_id: TaskId,
         last_event_id: Annotated[str | None, Header(max_length=20)] = None,
         after: Annotated[
-            int | None, Query(ge=0, le=MAX_SEQ, description="Events with a larger seq.")
+            int | None, Query(ge=0, le=SEQ_MAX, description="Events with a larger seq.")
         ] = None,
     ) -> Response:
         handle = client.task(task_id)
@@ -258,7 +257,7 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     if last_event_id is None:
         return after or 0
     seq = int(last_event_id) if last_event_id.isascii() and last_event_id.isdigit() else -1
-    if not 0 <= seq <= MAX_SEQ:
+    if not 0 <= seq <= SEQ_MAX:
         raise InvalidRequest(
             f"Last-Event-ID {last_event_id!r} is no event of this stream: send the id of the "
             "last event received (a sequence number), or leave it out to read from the start"

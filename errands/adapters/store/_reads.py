@@ -13,12 +13,11 @@ from typing import Any, ClassVar
 from errands.adapters.store import _guard
 from errands.adapters.store._pool import Pool
 from errands.contracts.events import StoredEvent
+from errands.contracts.limits import SEQ_MAX
 from errands.contracts.messages import StoredMessage
 
 COLUMNS = "id, session_id, seq, role, kind, text, task_id, round, meta, created_at"
 EVENT_COLUMNS = "task_id, seq, key, type, cause, data, at"
-SEQ_MAX = 2**63 - 1
-"""The largest seq either database holds; nothing is after it (a larger position overflows)."""
 
 
 class SqlReads:
