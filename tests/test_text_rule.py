@@ -374,6 +374,18 @@ async def test_an_answer_with_an_unstorable_character_is_refused_before_it_is_se
     assert "more than the 10,000 allowed" in too_long.value.message
 
 
+async def test_a_denial_reason_with_an_unstorable_character_is_refused_before_it_is_sent(
+    stack: Stack,
+) -> None:
+    task = stack.client.task("task-none-such")  # never reached: the reason is checked first
+    with pytest.raises(InvalidRequest) as refused:
+        await task.deny("not\x00 now")
+    assert "the reason holds a NUL character (U+0000) at character 4" in refused.value.message
+    with pytest.raises(InvalidRequest) as too_long:
+        await task.deny("x" * 2_001)
+    assert "more than the 2,000 allowed" in too_long.value.message
+
+
 async def test_the_cli_refuses_text_it_cannot_store_in_one_line_with_exit_2(
     cli_env: dict[str, str],
 ) -> None:

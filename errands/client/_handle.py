@@ -253,6 +253,8 @@ class TaskHandle(TaskCalls):
     ) -> ApprovalReceipt:
         """Refuse the tool call waiting for approval; the model reads ``reason``.
         ``approval_id`` and ``arguments_sha256`` as for ``approve``."""
+        if reason is not None:
+            checked(reason, "reason", limits.REASON_CHARS, what="the reason")
         return await self._answer_approval("deny", reason, approval_id, arguments_sha256)
 
     async def _answer_approval(
