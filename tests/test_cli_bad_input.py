@@ -191,8 +191,8 @@ async def test_a_setting_that_is_not_utf8_is_one_line_and_exit_2(
     [
         (["watch", "task-x", "--after", "9" * 20], "is not a position: use 0 to"),
         (["watch", "task-x", "--after", "-1"], "is not a position: use 0 to"),
-        (["serve", "--port", "70000"], "is not a TCP port: use 1 to 65535"),
-        (["dev", "--port", "0x50"], "is not a TCP port: use 1 to 65535"),
+        (["serve", "--port", "70000"], "is not a TCP port: use 0 to 65535"),
+        (["dev", "--port", "0x50"], "is not a TCP port: use 0 to 65535"),
     ],
     ids=["after 20 digits", "after -1", "port 70000", "port 0x50"],
 )

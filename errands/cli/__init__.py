@@ -219,8 +219,9 @@ def _position(text: str) -> int:
 
 
 def _port(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use 1 to 65535")
+    """A TCP port, or 0 for any free one."""
+    if not text.isascii() or not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use 0 to 65535")
     return int(text)
 
 
