@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from temporalio import activity
 
 from activities._calls import ModelCall
-from activities._context import ContextFitter, SessionView, session_view
+from activities._context import ContextFitter, ResultLimit, SessionView, session_view
 from activities._events import branch_of, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
@@ -163,7 +163,7 @@ class ModelActivities:
             )
         fitting = self._fitter.fitting(
             data.model,
-            lambda previews, _: self._branch_request(data, previews, pinned),
+            lambda previews, limit: self._branch_request(data, previews, pinned, limit),
             log=compactions(self._store, data.task_id, branch_of(data.thread_id)),
         )
         where = branch_of(data.thread_id)
@@ -216,11 +216,17 @@ class ModelActivities:
         return await pinned_for(self._mcp, task_id, subtask_type)
 
     def _branch_request(
-        self, data: BranchStepInput, previews: int, pinned: PinnedTools | None = None
+        self,
+        data: BranchStepInput,
+        previews: int,
+        pinned: PinnedTools | None = None,
+        result_limit: ResultLimit | None = None,
     ) -> tuple[ModelRequest, int, SessionView]:
         """The step's request from the thread as stored: its opening (always word for word),
-        the latest compaction summary of the thread, and the steps after it, with bulky tool
-        results as previews to the level asked (``errands.agent.reading``). Blocking."""
+        the latest compaction summary of the thread, and the steps after it. A tool result is
+        shown as the main agent's are (``reading.result_preview``, numbered by its row in the
+        thread): always when over ``result_limit`` bytes, and past ``PREVIEW_OVER`` characters
+        to the preview level asked. Blocking."""
         opening = self._store.get(ids.thread_instructions_id(data.thread_id))
         view = session_view(self._store, data.thread_id, None)
         rows = [r for r in view.rows if opening is None or r.id != opening.id]
@@ -229,17 +235,22 @@ class ModelActivities:
             while rows and rows[0].kind == "tool_result":
                 rows.pop(0)
         latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
+        limit = result_limit(data.max_output_tokens) if result_limit is not None else None
         shortened = 0
         shown: list[StoredMessage] = []
         for row in rows:
-            older = row.seq < latest_step
+            bounds = [] if limit is None else [limit]
+            if previews == reading.ALL or (previews == reading.OLDER and row.seq < latest_step):
+                bounds.append(reading.PREVIEW_OVER)
+            room = min(bounds, default=None)
             if (
-                (previews == reading.ALL or (previews == reading.OLDER and older))
+                room is not None
                 and row.kind == "tool_result"
                 and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
-                and len(row.text) > reading.PREVIEW_OVER
+                and reading.utf8_over(row.text, room)
             ):
-                row = row.model_copy(update={"text": reading.preview(row.text, row.seq)})
+                text = reading.result_preview(row.text, row.seq, room)
+                row = row.model_copy(update={"text": text})
                 shortened += 1
             shown.append(row)
         messages = thread_messages([opening] if opening else [])

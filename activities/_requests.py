@@ -23,6 +23,7 @@ from errands.agent.reading import (
     READ_MESSAGE,
     read_message_spec,
     result_preview,
+    utf8_over,
 )
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
@@ -106,15 +107,8 @@ def stored_texts(
                 asked = message.tool_name == READ_MESSAGE and index > latest  # the page it read
                 if previews == ALL and not asked and len(text) > PREVIEW_OVER:
                     text, previewed = result_preview(text, row.seq, PREVIEW_OVER), True
-                elif not asked and limit is not None and _utf8_over(text, limit):
+                elif not asked and limit is not None and utf8_over(text, limit):
                     text, previewed = result_preview(text, row.seq, limit), True
             message = message.model_copy(update={"text": text, "stored": None})
         out.append(message)
     return out, previewed
-
-
-def _utf8_over(text: str, limit: int) -> bool:
-    """Whether ``text`` takes more than ``limit`` bytes of UTF-8 (counted only when it might)."""
-    if len(text) > limit:
-        return True
-    return len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit

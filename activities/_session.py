@@ -240,7 +240,7 @@ class SessionActivities:
         if stored is not None:
             return ToolResultMeta.of(stored).is_error
         results = ids.reads_session_id(data.task_id)
-        text, is_error = read_stored(self._store, data.session_id, data.arguments, results)
+        text, is_error = read_stored(self._store, data.session_id, results, data.arguments)
         self._store.append_once(
             NewMessage(
                 id=data.result_id,

@@ -129,14 +129,15 @@ def write_branch_row(
 
 
 def read_stored(
-    store: SessionStore, session_id: str, arguments: str, results: str | None = None
+    store: SessionStore, session_id: str, results: str, arguments: str
 ) -> tuple[str, bool]:
     """A ``read_message`` call on ``session_id`` (a session or a branch's thread): the page it
     asks for, or what is wrong with the call; and whether it is an error. A call that names a
-    ``result`` reads the session ``results`` (the task's own results) when given. Blocking."""
+    ``result`` reads the session ``results``: the main agent's own tool results (apart from its
+    session), or a branch's thread itself, where its tool results are rows. Blocking."""
     parsed = reading.parse_read(arguments)
     if isinstance(parsed, str):
         return parsed, True
-    where = results if parsed.result and results is not None else session_id
-    found = store.list_session(where, after_seq=parsed.ref - 1, upto_seq=parsed.ref)
+    where = results if parsed.result else session_id
+    found = store.list_session(where, after_seq=parsed.number - 1, upto_seq=parsed.number)
     return reading.read_page(found[0] if found else None, parsed)

@@ -145,7 +145,7 @@ class ToolActivities:
         mcp_tools: McpTools | None = None,
         main_tools: Sequence[WorkTool] = (),
         *,
-        result_max_bytes: int = reading.RESULT_MAX_BYTES,
+        result_max_bytes: int,
     ) -> None:
         self._store = store
         self._types = types
@@ -222,7 +222,9 @@ class ToolActivities:
         last."""
         tools = {t.spec.name: t for t in self._types[data.subtask_type].tools}
         if call.name == reading.READ_MESSAGE and call.name not in tools:
-            return await asyncio.to_thread(read_stored, self._store, data.thread_id, call.arguments)
+            # A branch's tool results are rows of its thread: `result N` and `ref N` are one row.
+            thread = data.thread_id
+            return await asyncio.to_thread(read_stored, self._store, thread, thread, call.arguments)
         pinned = await self._pinned(data.task_id, data.subtask_type)
         offered = {t.name: t for t in pinned.offered(data.subtask_type)} if pinned else {}
         if call.name not in tools and call.name not in offered:

@@ -491,19 +491,21 @@ def test_a_preview_keeps_the_start_and_names_the_tool_and_the_ref() -> None:
 @pytest.mark.fast
 def test_read_message_pages_a_long_text_and_refuses_a_bad_call() -> None:
     row = rows("branch", size=40_000)[0]
-    first, error = reading.read_page(row, 1, 1)
+    first, error = reading.read_page(row, reading.Read(1))
     assert not error and first.startswith("(ref 1, page 1 of 3: characters 1-16,000 of 40,000")
-    last, _ = reading.read_page(row, 1, 3)
+    last, _ = reading.read_page(row, reading.Read(1, 3))
     assert last.endswith("x" * 8_000) and "the last page" in last
-    assert reading.read_page(row, 1, 4) == (
+    assert reading.read_page(row, reading.Read(1, 4)) == (
         "ref 1 has 3 page(s) of 16,000 characters: ask for 1-3.",
         True,
     )
-    assert reading.read_page(None, 9, 1)[1]
+    assert reading.read_page(None, reading.Read(9))[1]
     assert reading.parse_read('{"ref": 0}') == (
         "`ref` must be the number a 'read_message(ref N)' marker names, such as 12."
     )
-    assert reading.parse_read('{"ref": 4, "page": 2}') == (4, 2)
+    assert reading.parse_read('{"ref": 4, "page": 2}') == reading.Read(4, 2)
+    assert reading.parse_read('{"result": 4}') == reading.Read(4, 1, result=True)
+    assert reading.parse_read('{"result": 4}') != reading.Read(4, 1), "a result is not a ref"
 
 
 WIDE = "openai:ctx-64k"

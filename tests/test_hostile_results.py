@@ -204,10 +204,61 @@ async def test_a_branchs_50_mb_result_is_stored_cut_and_previewed_and_the_task_r
     assert fits_the_window(after), f"{len(after.raw):,} bytes sent to a {WINDOW:,}-token model"
     (shown,) = tool_results(after)
     assert shown.startswith("dump start")
-    assert "read_message(ref " in shown
+    assert MARKER.search(shown), "the main agent's format: head, tail, read_message(result N)"
     thread = ids.child_workflow_id(handle.id, 0, 1)
     row = stack.store.get(ids.thread_tool_result_id(thread, 0, 0))
     assert row is not None
     assert len(row.text.encode()) <= stack.settings.tool_result_max_bytes
     assert row.text.endswith("ask the tool for a narrower or paged answer.]")
     assert calls_logged(hostile_dir, size) == 1, "the tool ran once"
+
+
+async def test_a_branch_reads_its_previewed_result_by_the_number_its_preview_names(
+    client: Any, scripted: ScriptedModelServer, stack: Stack
+) -> None:
+    # The branch's 1 MB result is shown as the main agent's are, in the very request that
+    # follows it; read_message(result N) from the branch pages through that same result.
+    size = 1_000_003
+    branch_requests: list[RecordedRequest] = []
+
+    def branch(request: RecordedRequest) -> Reply:
+        branch_requests.append(request)
+        if not tool_results(request):
+            return Reply(calls=[Call(TOOL, {"size": size})])
+        if len(tool_results(request)) == 1:
+            return page_of(request)
+        return Reply(text="Read page 2.")
+
+    convo = Conversation([delegate("Dump and read."), final("Done.")], branch, branches=3)
+    convo.install(scripted, f"hostile-branch-read-{stack.backend}")
+    handle = await start_task(
+        client,
+        stack.settings.task_queue,
+        "Have it dumped and read.",
+        model=f"openai:hostile-branch-read-{stack.backend}",
+    )
+    result = await asyncio.wait_for(handle.result(), REPLY_WITHIN)
+
+    assert result.status == "replied", result.error
+    thread = ids.child_workflow_id(handle.id, 0, 1)
+    row = stack.store.get(ids.thread_tool_result_id(thread, 0, 0))
+    assert row is not None and len(row.text) == size
+    after = branch_requests[1]
+    assert fits_the_window(after), f"{len(after.raw):,} bytes sent to a {WINDOW:,}-token model"
+    (shown,) = tool_results(after)
+    assert shown.startswith("dump start\nline 0000000000")  # its head
+    assert shown.endswith("dump end")  # its tail
+    assert "characters are left out here" in shown
+    marker = MARKER.search(shown)
+    assert marker is not None and int(marker.group(1)) == row.seq
+    read = branch_requests[2]
+    assert fits_the_window(read)
+    page = tool_results(read)[-1]
+    pages = -(-size // PAGE_CHARS)
+    assert page.startswith(
+        f"(result {row.seq}, page 2 of {pages}: characters "
+        f"{PAGE_CHARS + 1:,}-{2 * PAGE_CHARS:,} of {size:,}; page 3 goes on)\n"
+    ), page[:200]
+    assert page.endswith(row.text[PAGE_CHARS : 2 * PAGE_CHARS])
+    stored_page = stack.store.get(ids.thread_tool_result_id(thread, 1, 0))
+    assert stored_page is not None and stored_page.text == page

@@ -11,7 +11,7 @@ Pure functions: the workflows import this module.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from errands.agent.arguments import parse_arguments
 from errands.contracts.messages import StoredMessage, ToolSpec
@@ -27,12 +27,6 @@ PREVIEW_KEEP = 1_200
 """Characters a preview keeps from the start of the output."""
 PAGE_CHARS = 16_000
 """Characters one ``read_message`` result shows: a longer text comes in pages."""
-RESULT_MAX_BYTES = 4 * 1024 * 1024
-"""The most UTF-8 bytes of one tool result stored, by default
-(``ERRANDS_TOOL_RESULT_MAX_BYTES``)."""
-RESULT_PERCENT = 25
-"""The share of an input budget, in percent, one tool result may take in a request, by default
-(``ERRANDS_TOOL_RESULT_PERCENT``)."""
 
 
 def preview(text: str, ref: int) -> str:
@@ -62,6 +56,13 @@ def result_preview(text: str, number: int, limit_bytes: int) -> str:
         "and go on with the next page] …\n"
     )
     return text[:head_chars] + marker + text[len(text) - tail_chars :]
+
+
+def utf8_over(text: str, limit: int) -> bool:
+    """Whether ``text`` takes more than ``limit`` bytes of UTF-8 (counted only when it might)."""
+    if len(text) > limit:
+        return True
+    return len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit
 
 
 def _fitting(text: str, head: int, tail: int, limit_bytes: int) -> tuple[int, int]:
@@ -94,34 +95,19 @@ def read_message_spec() -> ToolSpec:
     )
 
 
-class Read(NamedTuple):
-    """What a ``read_message`` call asks for: page ``page`` of the output numbered ``ref``."""
+@dataclass(frozen=True)
+class Read:
+    """What a ``read_message`` call asks for: page ``page`` of the output numbered ``number``,
+    a stored row (``ref``) or, with ``result``, a tool result a request showed shortened (the
+    main agent numbers those in the task's own results; a branch in its thread, as its refs)."""
 
-    ref: int
-    page: int
-
-    @property
-    def result(self) -> bool:
-        return False
-
-    @property
-    def name(self) -> str:
-        return f"ref {self.ref}"
-
-
-class ResultRead(Read):
-    """A call that names a ``result``: a tool result of the round in progress, numbered in the
-    task's own results rather than in the session."""
-
-    __slots__ = ()
-
-    @property
-    def result(self) -> bool:
-        return True
+    number: int
+    page: int = 1
+    result: bool = False
 
     @property
     def name(self) -> str:
-        return f"result {self.ref}"
+        return f"{'result' if self.result else 'ref'} {self.number}"
 
 
 def parse_read(arguments: str) -> Read | str:
@@ -137,7 +123,7 @@ def parse_read(arguments: str) -> Read | str:
             return "`result` must be the number a 'read_message(result N)' marker names, such as 3."
         if not isinstance(page, int) or isinstance(page, bool) or page < 1:
             return "`page` must be a whole number from 1."
-        return ResultRead(number, page)
+        return Read(number, page, result=True)
     ref = raw.get("ref")
     if not isinstance(ref, int) or isinstance(ref, bool) or ref < 1:
         return "`ref` must be the number a 'read_message(ref N)' marker names, such as 12."
@@ -146,10 +132,9 @@ def parse_read(arguments: str) -> Read | str:
     return Read(ref, page)
 
 
-def read_page(row: StoredMessage | None, asked: int | Read, page: int = 1) -> tuple[str, bool]:
-    """One page of a stored output, headed by where it stands; and whether it is an error.
-    ``asked``: the output's ref, or the whole ``Read`` (then ``page`` is its own)."""
-    read = asked if isinstance(asked, Read) else Read(asked, page)
+def read_page(row: StoredMessage | None, read: Read) -> tuple[str, bool]:
+    """The page of a stored output ``read`` asks for, headed by where it stands; and whether
+    it is an error (``row`` None: nothing is stored under that number)."""
     page, name = read.page, read.name
     if row is None or not row.text:
         missing = f"There is no output with {name}; use the number a read_message marker names."
