@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from errands.adapters.mcp import config as mcp
 from errands.adapters.mcp.config import Approval, McpServerConfig, McpTool, ToolOutcome
 from errands.adapters.store import SessionStore
+from errands.agent.approvals import need_of
 from errands.agent.arguments import read_arguments
 from errands.contracts import ids
 from errands.contracts.approvals import ApprovalNeed
@@ -190,11 +191,9 @@ def approvals_needed(
             continue  # arguments it cannot read: the call is not run, its error is the result
         if tool.policy == "ask" and store.get(ids.approved_always_id(session_id, tool.name)):
             continue
-        needs.append(
-            ApprovalNeed(
-                index=index, tool=tool.name, policy=tool.policy, arguments=call.arguments, why=why
-            )
-        )
+        # Canonicalised and hashed here, recorded in the activity's result: what the person
+        # sees and answers never depends on the Python a replay runs on.
+        needs.append(need_of(index, tool.name, tool.policy, call.arguments, why))
     return needs
 
 

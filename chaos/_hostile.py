@@ -32,13 +32,13 @@ import re
 import subprocess
 import sys
 import time
-import unicodedata
 from dataclasses import dataclass, field
 
 from chaos._inputs import Violation, failures_of
 from chaos._report import Outcome
 from chaos._stack import ROOT, Stack
 from errands.adapters.scripted import Call, RecordedRequest, Reply, Step
+from errands.contracts.visible import never_raw
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 NAME = "chaos-hostile"
@@ -262,7 +262,7 @@ class Hostile:
                 "wrong displays", f"{task_id}: the model's fake line is not shown as its words"
             )
         before = self.runs()
-        await self.cli("approve", task_id)
+        await self.cli("approve", task_id, "--sha256", digest)
         await self._ran_once(task_id, before, json.loads(raw)["cmd"])
 
     async def waiting(self, task_id: str) -> str:
@@ -314,10 +314,8 @@ MODEL_GUTTER = "│"
 
 
 def _controls(char: str) -> bool:
-    code = ord(char)
-    if char in "\n\t":
-        return False
-    return code < 0x20 or 0x7F <= code <= 0x9F or unicodedata.category(char) in {"Cf", "Cs"}
+    """What a terminal must never print raw: the CLI's own table."""
+    return never_raw(char)
 
 
 async def hostile_input(stack: Stack, *, full: bool, apis: list[str]) -> Outcome:

@@ -212,8 +212,8 @@ async def log_answered(
     arguments_sha256: str | None = None,
 ) -> None:
     """``approval_answered``: the call waits no more. One per call: when the user's answer and
-    the timeout meet, the first written stands. A person's answer records the digest of the
-    arguments it approved or denied."""
+    the timeout meet, the first written stands. A person's answer records the digest it
+    carried (the arguments the person read), None when it carried none."""
     await log_event(
         task_id,
         f"{approval_id}:answered",

@@ -239,6 +239,8 @@ class RoundLoop:
     async def approve(self, need: ApprovalNeed, step: int) -> str | None:
         """Put one of the main agent's calls to the user and wait: None when approved, else
         the text the model reads."""
+        if need.refusal is not None:  # too large to show a person: nobody is asked
+            return need.refusal
         task_id, hours = self._data.task_id, self._data.settings.ask_timeout_hours
         logged = self._patches.approvals_logged
         if self._data.headless:

@@ -189,6 +189,8 @@ class SubtaskWorkflow:
         """Put a call to the user through the task and wait: None when approved, else the text
         the model reads (denied, unanswered, or no one to ask). The branch logs its call's wait
         and how it ended unanswered; the task logs the user's answer."""
+        if need.refusal is not None:  # too large to show a person: nobody is asked
+            return need.refusal
         logged, hours = self._patches.approvals_logged, data.settings.ask_timeout_hours
         if data.headless:
             if logged:

@@ -171,9 +171,13 @@ class TaskWorkflow:
             # Asked as the run started; an answer taken before (in a continued run's first
             # moments) goes unlogged rather than ask out of turn.
             reason = answer.reason if answer.decision == "deny" else None
-            digest = settled.request.arguments_sha256 or None
+            # The digest the person's answer carried (None: they answered whatever waited).
             await log_answered(
-                self.data.task_id, answer.approval_id, answer.decision, reason, digest
+                self.data.task_id,
+                answer.approval_id,
+                answer.decision,
+                reason,
+                answer.arguments_sha256,
             )
         await deliver(settled, self.data.session_id)
         return True

@@ -26,37 +26,72 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
 from datetime import datetime
+from typing import Literal
 
 from errands.agent.arguments import read_arguments
 from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalRequest
+from errands.contracts.visible import MAYBE_HIDDEN, hidden_in_approval
 
 INDENTED_MAX_BYTES = 512 * 1024
 """Past this size the canonical arguments are written on one line instead of indented: deep
 nesting indented two spaces a level could multiply the size of what the user must read (and of
-the payloads that carry it) many times over. Both forms are the whole call; the one-line form of
-arguments the parser reads (at most 256 KiB) stays under 1 MiB, escapes included."""
+the payloads that carry it) many times over."""
+SHOWN_MAX_BYTES = 512 * 1024
+"""The largest canonical call put to a person. Escapes can make the canonical text six times
+the size of the arguments the parser reads (a DEL is one byte, ``\\u007f`` six), and that text
+travels in signals, in the task's state across continue-as-new, in the log and in query
+answers, all under Temporal's 2 MB payload limit: a larger call is refused (``too_large``), its
+tool not run, and the model is asked to make it smaller."""
 
-_MAYBE_HIDDEN = re.compile(r"[^\x20-\x7e\n]")
-"""Characters worth a closer look: anything but printable ASCII and the layout's newlines."""
-_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
-"""Control, format (bidirectional overrides, zero-width), surrogate, private-use, unassigned,
-line and paragraph separators, and spaces other than the plain one: none reads as what it is."""
+
+def need_of(
+    index: int, tool: str, policy: Literal["ask", "always"], raw: str, why: str
+) -> ApprovalNeed:
+    """A call that waits for the user, canonicalised and hashed here, in the activity that
+    finds it: what the person sees and the digest they answer are computed once, recorded in
+    the activity's result, and never again in workflow code (whose replay may run on another
+    Python, with other Unicode tables). A call whose canonical text is past
+    ``SHOWN_MAX_BYTES`` carries the text the model reads instead (``refusal``)."""
+    arguments = canonical_arguments(raw)
+    encoded = arguments.encode("utf-8")
+    digest = hashlib.sha256(encoded).hexdigest()
+    if len(encoded) > SHOWN_MAX_BYTES:
+        return ApprovalNeed(
+            index=index,
+            tool=tool,
+            policy=policy,
+            arguments="",
+            arguments_sha256=digest,
+            arguments_bytes=len(encoded),
+            refusal=too_large(tool, len(encoded)),
+        )
+    return ApprovalNeed(
+        index=index,
+        tool=tool,
+        policy=policy,
+        arguments=arguments,
+        arguments_sha256=digest,
+        arguments_bytes=len(encoded),
+        why=why,
+    )
 
 
 def request_of(
     need: ApprovalNeed, *, approval_id: str, where: str, requester: str, expires_at: datetime
 ) -> ApprovalRequest:
-    arguments = canonical_arguments(need.arguments)
-    encoded = arguments.encode("utf-8")
+    if need.arguments_sha256:
+        arguments, digest, size = need.arguments, need.arguments_sha256, need.arguments_bytes
+    else:  # a need recorded before the activity canonicalised it: its arguments are raw
+        arguments = canonical_arguments(need.arguments)
+        encoded = arguments.encode("utf-8")
+        digest, size = hashlib.sha256(encoded).hexdigest(), len(encoded)
     return ApprovalRequest(
         approval_id=approval_id,
         tool=need.tool,
         arguments=arguments,
-        arguments_sha256=hashlib.sha256(encoded).hexdigest(),
-        arguments_bytes=len(encoded),
+        arguments_sha256=digest,
+        arguments_bytes=size,
         why=_cut(need.why.strip(), WHY_SHOWN),
         policy=need.policy,
         where=where,
@@ -68,11 +103,13 @@ def request_of(
 def canonical_arguments(text: str) -> str:
     """A call's arguments as the user must see them: the object the tool receives (read by the
     one parser, ``errands.agent.arguments``), written again as JSON in the model's key order,
-    indented two spaces (on one line past ``INDENTED_MAX_BYTES``), with every invisible or
-    control character inside its strings escaped as ``\\uXXXX``. Whitespace the model put
-    around the JSON (a carriage return and spaces, say) is gone; a space, a tab or a carriage
-    return inside a string shows as what it is. Arguments the parser refuses (never asked about:
-    such a call is not run) are shown as their raw text, escaped the same way."""
+    indented two spaces (on one line past ``INDENTED_MAX_BYTES``), with every character inside
+    its strings that does not show as itself (``errands.contracts.visible.hidden_in_approval``:
+    controls, invisible and default-ignorable characters, spaces other than U+0020) escaped as
+    ``\\uXXXX``. Whitespace the model put around the JSON (a carriage return and spaces, say)
+    is gone; a space, a tab or a carriage return inside a string shows as what it is. Arguments
+    the parser refuses (never asked about: such a call is not run) are shown as their raw text,
+    escaped the same way."""
     value = read_arguments(text)
     if isinstance(value, str):
         return reveal(text)
@@ -85,16 +122,9 @@ def canonical_arguments(text: str) -> str:
 def reveal(text: str) -> str:
     """``text`` with every character that would not show as itself written as its JSON escape
     (a character past U+FFFF as its surrogate pair), so it stays valid JSON."""
-    if not _MAYBE_HIDDEN.search(text):
+    if not MAYBE_HIDDEN.search(text):
         return text
-    return "".join(_escaped(c) if _hidden(c) else c for c in text)
-
-
-def _hidden(char: str) -> bool:
-    if char == " " or char == "\n":
-        return False
-    code = ord(char)
-    return 0x7F <= code <= 0x9F or unicodedata.category(char) in _HIDDEN_CATEGORIES
+    return "".join(_escaped(c) if hidden_in_approval(c) else c for c in text)
 
 
 def _escaped(char: str) -> str:
@@ -103,6 +133,15 @@ def _escaped(char: str) -> str:
         return f"\\u{code:04x}"
     code -= 0x10000
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def too_large(tool: str, size: int) -> str:
+    return (
+        f"Not approved: this call of {tool} needs the user's approval, but its arguments "
+        f"({size:,} bytes as shown) are too large to show a person (at most "
+        f"{SHOWN_MAX_BYTES:,} bytes), so it was not run and nobody was asked. Make the call "
+        "smaller (split the work into smaller calls) if you still need it."
+    )
 
 
 def denied(tool: str, reason: str | None) -> str:

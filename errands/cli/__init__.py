@@ -159,12 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     deny = command("deny", commands.deny, "refuse a task's tool call waiting for approval", "task")
     deny.add_argument("--reason", help="why; the agent reads it")
     for decision in (approve, deny):
-        decision.add_argument("--id", dest="approval_id", help="refuse unless this call is waiting")
+        decision.add_argument(
+            "--id",
+            dest="approval_id",
+            help="refuse unless this call is waiting (this or --sha256 is required)",
+        )
         decision.add_argument(
             "--sha256",
             dest="arguments_sha256",
             metavar="HEX",
-            help="refuse unless the waiting call's arguments have this digest (errands status)",
+            help="refuse unless the waiting call's arguments have this digest, as errands status "
+            "shows it (this or --id is required)",
         )
 
     watch = command(

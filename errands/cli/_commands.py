@@ -136,7 +136,18 @@ async def say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pinned(args: argparse.Namespace, verb: str) -> None:
+    """Refuse an answer that names no call: the digest (or id) comes from the person who read
+    the call, never from whatever waits when the answer lands."""
+    if args.arguments_sha256 is None and args.approval_id is None:
+        raise InvalidRequest(
+            f"errands {verb} needs the call you read: pass the --sha256 that `errands status "
+            f"{args.task}` shows on its 'approve with:' line (or --id APPROVAL_ID)"
+        )
+
+
 async def approve(args: argparse.Namespace) -> int:
+    _pinned(args, "approve")
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).approve(
@@ -154,6 +165,7 @@ async def approve(args: argparse.Namespace) -> int:
 
 
 async def deny(args: argparse.Namespace) -> int:
+    _pinned(args, "deny")
     settings = load_settings()
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).deny(

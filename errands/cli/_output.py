@@ -93,7 +93,12 @@ def approval_text(task_id: str, pending: dict[str, Any], width: int | None = Non
     lines.append(f"    sha256: {one_line(digest) or 'not recorded'}")
     lines.append("    arguments (whole):")
     lines.extend(_behind(CALL_GUTTER, pending["arguments"], width))
-    pin = f" --sha256 {one_line(digest)}" if digest else ""
+    # An answer names the call it was given for: its digest, or (recorded before 0.3) its id.
+    pin = (
+        f" --sha256 {one_line(digest)}"
+        if digest
+        else f" --id {shlex.quote(one_line(pending['approval_id']))}"
+    )
     always = " [--always]" if pending.get("can_approve_always") else ""
     lines.append(f"approve with: errands approve {shlex.quote(task_id)}{pin}{always}")
     lines.append(f"deny with:    errands deny {shlex.quote(task_id)}{pin} [--reason TEXT]")

@@ -5,27 +5,14 @@ Everything the CLI prints that came from a model, a tool or a person passes thro
 control characters, so a reply could otherwise clear the screen, recolour or rewrite earlier
 lines (``\\r``, cursor up), write the clipboard (OSC 52) or hide a link (OSC 8). Each such
 character is printed as its escape (``\\x1b``, ``\\r``, ``\\u202e``) instead, so the reader sees
-that it was there. ``--json`` output does not pass through here: it stays byte-exact.
+that it was there; so is every character that renders as nothing or as a blank that is no space
+(variation selectors, Hangul fillers, tag characters: ``errands.contracts.visible``).
+``--json`` output does not pass through here: it stays byte-exact.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
-
-_KEPT = {"\n", "\t"}
-"""Whitespace a multi-line text keeps as it is."""
-
-
-def _unsafe(char: str) -> bool:
-    if char in _KEPT:
-        return False
-    code = ord(char)
-    if code < 0x20 or 0x7F <= code <= 0x9F:
-        return True
-    # Format characters (bidirectional overrides, zero-width marks), line and paragraph
-    # separators, and surrogates or private use: none of them reads as what it does.
-    return unicodedata.category(char) in {"Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+from errands.contracts.visible import MAYBE_HIDDEN, never_raw
 
 
 def _escape(char: str) -> str:
@@ -39,15 +26,12 @@ def _escape(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-_UNSAFE_RUN = re.compile(r"[^\x20-\x7e\n\t]")
-
-
 def shown(text: str) -> str:
     """``text`` with every control character and escape sequence made visible (``\\x1b[2J``
     prints as those five characters, not as a cleared screen). Newlines and tabs stay."""
-    if not _UNSAFE_RUN.search(text):
+    if not MAYBE_HIDDEN.search(text):
         return text
-    return "".join(_escape(c) if _unsafe(c) else c for c in text)
+    return "".join(_escape(c) if never_raw(c) else c for c in text)
 
 
 def one_line(text: str) -> str:

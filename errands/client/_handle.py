@@ -239,8 +239,10 @@ class TaskHandle(TaskCalls):
         tool in the session too (tools whose approval is ``ask``). ``approval_id``: refuse
         unless that call is the one waiting. ``arguments_sha256``: refuse unless the waiting
         call's arguments are the ones with that digest (the ``arguments_sha256`` of the
-        ``pending_approval`` the user read); by default, the digest of the call read here. The
-        receipt says which call was answered (its tool, digest and size)."""
+        ``pending_approval`` the user read). ``arguments_sha256=None`` (the default) answers
+        whatever call waits when the answer lands, unchecked: a program that showed the call to
+        a person passes its digest. The receipt says which call was answered (its tool, digest
+        and size)."""
         decision: ApprovalChoice = "approve_always" if always else "approve"
         return await self._answer_approval(decision, None, approval_id, arguments_sha256)
 
@@ -280,8 +282,8 @@ class TaskHandle(TaskCalls):
                 decision=decision,
                 reason=reason,
                 # The workflow checks the digest: it alone knows the call waiting when the
-                # answer lands.
-                arguments_sha256=digest or pending.get("arguments_sha256") or None,
+                # answer lands. None is sent as None: the digest comes from who read the call.
+                arguments_sha256=digest,
             )
 
         receipt = await self._answer_pending(

@@ -10,12 +10,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from errands.contracts.limits import REASON_CHARS
+
 ApprovalChoice = Literal["approve", "approve_always", "deny"]
 
 WHY_SHOWN = 1_000
 """Characters of the model's explanation (``why``) a pending approval shows. The arguments are
 never cut: what the user approves is the whole call."""
 SHA256_HEX = r"^[0-9a-f]{64}$"
+"""A digest of a call's arguments as every layer writes and checks it: 64 lowercase hex digits
+(a frontend lowers the case of what a person typed before checking)."""
 
 
 class ApprovalNeed(BaseModel):
@@ -27,8 +31,18 @@ class ApprovalNeed(BaseModel):
     """The name the model called (``mcp__server__tool``)."""
     policy: Literal["ask", "always"]
     arguments: str
+    """The call's arguments canonicalised for display (``errands.agent.approvals.need_of``)
+    when ``arguments_sha256`` is set; in a need recorded before the activity canonicalised them
+    (empty digest), the model's raw arguments."""
     why: str = ""
     """The agent's own words in the step that made the call, if any."""
+    arguments_sha256: str = ""
+    """SHA-256 (hex) of the canonical ``arguments`` as UTF-8, computed by the activity."""
+    arguments_bytes: int = 0
+    """The UTF-8 size of the canonical ``arguments``."""
+    refusal: str | None = None
+    """The text the model reads instead of a person being asked (the call is too large to
+    show); the tool does not run. None: the call waits for the user."""
 
 
 class ApprovalRequest(BaseModel):
@@ -74,12 +88,13 @@ class ApprovalAnswer(BaseModel):
 
     approval_id: str
     decision: ApprovalChoice
-    reason: str | None = Field(default=None, max_length=2_000)
+    reason: str | None = Field(default=None, max_length=REASON_CHARS)
     """Why the user denied it; the model reads it."""
     arguments_sha256: str | None = Field(default=None, pattern=SHA256_HEX)
     """The digest of the arguments the user saw (``ApprovalRequest.arguments_sha256``): the
     answer is refused unless the waiting call's arguments are those. None: not checked (the
-    signal path and frontends from before 0.3)."""
+    person answers whatever call waits: the signal path, a program that did not read the call,
+    frontends from before 0.3)."""
 
 
 class Verdict(BaseModel):

@@ -13,6 +13,7 @@ from errands.agent.validation import (
 )
 from errands.agent.validation import TASK_PATTERN as TASK_PATTERN
 from errands.contracts import limits
+from errands.contracts.approvals import SHA256_HEX
 from errands.contracts.messages import ModelUsage
 
 
@@ -80,18 +81,29 @@ class ApprovalRequestBody(_Request):
 
     decision: Literal["approve", "approve_always", "deny"]
     reason: str | None = Field(
-        default=None, max_length=2_000, description="Why it is denied; the agent reads it."
+        default=None,
+        max_length=limits.REASON_CHARS,
+        description="Why it is denied; the agent reads it.",
     )
     approval_id: str | None = Field(
-        default=None, description="The waiting call's id; default: the one waiting now."
+        default=None,
+        max_length=limits.ID_CHARS,
+        description="The waiting call's id; default: the one waiting now.",
     )
     arguments_sha256: str | None = Field(
         default=None,
-        pattern=r"^[0-9a-fA-F]{64}$",
+        pattern=SHA256_HEX,
         description="The SHA-256 of the arguments the user saw (the pending approval's "
-        "arguments_sha256): refused (422) unless the waiting call's arguments are those. "
-        "Default: the call waiting now, whatever its arguments.",
+        "arguments_sha256, hex, either case): refused (422) unless the waiting call's "
+        "arguments are those. Default: the call waiting now, whatever its arguments.",
     )
+
+    @field_validator("arguments_sha256", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        """A digest as a person copied it, in either case: checked as the lowercase hex every
+        layer writes."""
+        return value.lower() if isinstance(value, str) else value
 
 
 class ApprovalAccepted(BaseModel):
