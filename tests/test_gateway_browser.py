@@ -28,7 +28,7 @@ from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
 from errands.contracts.limits import SEQ_MAX
 from errands.errors import ConfigError
-from errands.gateway import create_app, serving
+from errands.gateway import check_binding, create_app, serving
 from errands.gateway._app import STATIC
 from errands.gateway._guards import SECURITY_HEADERS
 from errands.settings import Settings, load_settings
@@ -151,7 +151,7 @@ async def test_allowed_hosts_admit_the_names_they_list_and_star_admits_any(
     listed = settings.model_copy(update={"allowed_hosts": given.allowed_hosts})
     anyone = settings.model_copy(update={"allowed_hosts": "*"})
     app = create_app(ErrandsClient(client, listed, store=store), token=None)
-    star = create_app(ErrandsClient(client, anyone, store=store), token=None)
+    star = create_app(ErrandsClient(client, anyone, store=store), token=TOKEN)
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as h:
         for host, status in [
             ("errands.example.com", 200),
@@ -162,7 +162,9 @@ async def test_allowed_hosts_admit_the_names_they_list_and_star_admits_any(
         ]:
             assert (await h.get("/v1/info", headers={"Host": host})).status_code == status, host
     async with serving(star) as url, httpx.AsyncClient(base_url=url, timeout=60) as h:
-        assert (await h.get("/v1/info", headers={"Host": "any.example"})).status_code == 200
+        assert (
+            await h.get("/v1/info", headers={**RIGHT, "Host": "any.example"})
+        ).status_code == 200
         # `*` names no site: another site's page is still refused.
         forged = await h.post(
             "/v1/tasks/task-x-1/cancel", headers={"Host": "any.example", "Origin": EVIL}
@@ -170,6 +172,46 @@ async def test_allowed_hosts_admit_the_names_they_list_and_star_admits_any(
         assert forged.status_code == 403, forged.text
     with pytest.raises(ConfigError, match="ERRANDS_ALLOWED_HOSTS=.*not a host"):
         load_settings(ERRANDS_ALLOWED_HOSTS="http://errands.example.com/")
+
+
+async def test_with_any_host_allowed_a_rebound_page_whose_origin_matches_its_host_is_refused(
+    client: Client, settings: Settings, store: SessionStore
+) -> None:
+    anyone = settings.model_copy(update={"allowed_hosts": "*,errands.example.com"})
+    app = create_app(ErrandsClient(client, anyone, store=store), token=TOKEN)
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as h:
+        port = url.rpartition(":")[2]
+        for rebound in [f"evil.example:{port}", "evil.example"]:
+            sent = {**RIGHT, "Host": rebound, "Origin": f"http://{rebound}"}
+            forged = await h.post("/v1/tasks/task-x-1/cancel", headers=sent)
+            assert forged.status_code == 403, (rebound, forged.text)
+            assert "evil.example" in forged.json()["detail"]
+        # The gateway's own address and a listed name are its own page.
+        for own in [url, f"http://localhost:{port}", "https://errands.example.com"]:
+            sent = {**RIGHT, "Origin": own}
+            answered = await h.post("/v1/tasks/task-x-1/cancel", headers=sent)
+            assert answered.status_code == 404, (own, answered.text)
+
+
+@pytest.mark.fast
+def test_any_host_without_a_token_is_refused_before_the_gateway_starts() -> None:
+    with pytest.raises(ConfigError, match="ERRANDS_ALLOWED_HOSTS=\\* without a token") as refused:
+        check_binding("127.0.0.1", None, "errands.example.com,*")
+    assert refused.value.setting == "ERRANDS_ALLOWED_HOSTS"
+    assert "ERRANDS_API_TOKEN" in refused.value.message and "\n" not in refused.value.message
+    check_binding("127.0.0.1", TOKEN, "*")
+    check_binding("127.0.0.1", None, "errands.example.com")
+
+
+async def test_errands_serve_with_any_host_and_no_token_exits_2_with_one_line(
+    cli_env: dict[str, str],
+) -> None:
+    env = {**cli_env, "ERRANDS_ALLOWED_HOSTS": "*"}
+    result = await run_cli(env, "serve", "--host", "127.0.0.1", "--port", "0")
+    assert result.code == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ERRANDS_ALLOWED_HOSTS=*" in lines[0], result.stderr
+    assert "ERRANDS_API_TOKEN" in lines[0] and "DNS rebinding" in lines[0]
 
 
 # -- cross-site requests and bodies that are not JSON -----------------------------------------
@@ -376,6 +418,43 @@ async def test_after_five_wrong_tokens_even_the_right_one_waits_until_retry_afte
     await asyncio.sleep(wait)  # the wait is the behaviour under test
     after = await guarded.get("/v1/info", headers=RIGHT)
     assert after.status_code == 200, after.text
+
+
+async def test_a_forwarded_for_header_from_an_untrusted_peer_does_not_escape_the_wait(
+    guarded: httpx.AsyncClient,
+) -> None:
+    for n in range(5):
+        forged = {**WRONG, "X-Forwarded-For": f"203.0.113.{n}"}
+        assert (await guarded.get("/v1/info", headers=forged)).status_code == 401
+    other = await guarded.get("/v1/info", headers={**RIGHT, "X-Forwarded-For": "198.51.100.9"})
+    assert other.status_code == 429, "no proxy is trusted by default: the header names no one"
+
+
+async def test_behind_a_trusted_proxy_wrong_tokens_slow_only_the_client_that_sent_them(
+    client: Client, settings: Settings, store: SessionStore
+) -> None:
+    proxy = load_settings(ERRANDS_FORWARDED_ALLOW_IPS=" 127.0.0.1 , 10.0.0.0/8").forwarded_allow_ips
+    assert proxy == "127.0.0.1,10.0.0.0/8"
+    app = create_app(ErrandsClient(client, settings, store=store), token=TOKEN)
+    async with (
+        serving(app, proxies=proxy) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as h,
+    ):
+        guesser = {"X-Forwarded-For": "203.0.113.7"}
+        for _ in range(5):
+            assert (await h.get("/v1/info", headers={**WRONG, **guesser})).status_code == 401
+        slowed = await h.get("/v1/info", headers={**RIGHT, **guesser})
+        assert slowed.status_code == 429 and "203.0.113.7" in slowed.json()["detail"]
+        someone = await h.get("/v1/info", headers={**RIGHT, "X-Forwarded-For": "198.51.100.9"})
+        assert someone.status_code == 200, someone.text
+    with pytest.raises(ConfigError, match="ERRANDS_FORWARDED_ALLOW_IPS=.*not an IP address"):
+        load_settings(ERRANDS_FORWARDED_ALLOW_IPS="proxy.internal")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("read", [TOKEN + "\n", f"  {TOKEN}\r\n"])
+def test_a_token_read_from_a_file_with_its_last_newline_is_the_token_without_it(read: str) -> None:
+    assert load_settings(ERRANDS_API_TOKEN=read).api_token.get_secret_value() == TOKEN  # type: ignore[union-attr]
 
 
 async def test_each_wrong_token_after_a_wait_makes_the_next_wait_longer(

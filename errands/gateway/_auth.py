@@ -31,10 +31,13 @@ class Throttle:
     """Slows token guessing: after ``FREE_FAILURES`` wrong tokens from one client within
     ``WINDOW`` seconds, that client is refused (429, ``Retry-After``) for ``FIRST_WAIT``
     seconds, and for twice as long after each further wrong token (at most ``LONGEST_WAIT``),
-    whatever it sends meanwhile, the right token included. A right token, or a quiet
+    whatever it sends meanwhile, the right token included: were a right token let through, a
+    refusal would say "wrong" and guessing would go on at full speed. A right token, or a quiet
     ``WINDOW`` after the last wait, clears its record.
 
-    A client is its address: behind a proxy every client shares the proxy's."""
+    A client is the address it connects from, or, from a proxy ERRANDS_FORWARDED_ALLOW_IPS
+    names, the address its ``X-Forwarded-For`` gives (uvicorn sets ``request.client`` so): else
+    every client behind a proxy shares the proxy's address, and its wait."""
 
     FREE_FAILURES = 5
     WINDOW = 60.0

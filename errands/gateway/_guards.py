@@ -7,6 +7,8 @@
     every response, refusals and static files included              the security headers
 
 A request without an Origin (curl, the CLI, a server) is no browser's: only its Host is checked.
+With ERRANDS_ALLOWED_HOSTS=* (allowed only with a token) an Origin counts as the gateway's own
+only when it names the gateway's address or a listed host, never for matching the Host.
 One ASGI middleware, outside everything FastAPI does, so no route can be reached around it.
 """
 
@@ -88,7 +90,7 @@ class BrowserGuard:
             return None
         origin = headers.get("origin")
         site = headers.get("sec-fetch-site")
-        if origin is not None and not self._same_origin(origin, host):
+        if origin is not None and not self._same_origin(origin, host, scope):
             return JSONResponse({"detail": _cross_site(f"the page at {_shown(origin)}")}, 403)
         if site is not None and site.lower() not in SAME_SITE and not self._listed_origin(origin):
             sender = f"a page on another site (Sec-Fetch-Site: {_shown(site)})"
@@ -100,10 +102,12 @@ class BrowserGuard:
         return None
 
     def _host_allowed(self, host: str, scope: Scope) -> bool:
-        if self.any_host:
-            return True
+        return self.any_host or self._names_gateway(host, scope)
+
+    def _names_gateway(self, host: str, scope: Scope, default_port: str = "80") -> bool:
+        """``host[:port]`` is the gateway's own address (or a loopback name for it) or listed."""
         name, port = split_host(host)
-        port = port or "80"
+        port = port or default_port
         if (name, "") in self.listed or (name, port) in self.listed:
             return True
         server = scope.get("server")
@@ -112,13 +116,17 @@ class BrowserGuard:
         local = f"[{server[0]}]" if ":" in server[0] else server[0]
         return name == local or (is_loopback(server[0]) and name in LOOPBACK_HOSTS)
 
-    def _same_origin(self, origin: str, host: str) -> bool:
+    def _same_origin(self, origin: str, host: str, scope: Scope) -> bool:
         scheme, authority = _origin(origin)
         if authority is None:
             return False  # "null": a sandboxed frame, a file, a redirect across sites
+        default = DEFAULT_PORTS.get(scheme, "")
+        if self.any_host:
+            # With `*` a Host proves nothing: a page rebound to the gateway sends its own name
+            # as both Host and Origin. Only the gateway's address or a listed name is its own.
+            return self._names_gateway(authority, scope, default)
         name, port = split_host(authority)
         own, own_port = split_host(host)
-        default = DEFAULT_PORTS.get(scheme, "")
         same = (name, port or default) == (own, own_port or default)
         return same or self._listed_origin(origin)
 
@@ -159,7 +167,7 @@ def _foreign_host(host: str, scope: Scope) -> str:
     return (
         f"this gateway does not answer to the host {_shown(host)} (a page on another site may be "
         f"reaching it through DNS rebinding); open it as {own}, or add the name to "
-        "ERRANDS_ALLOWED_HOSTS (`*` for any, behind a proxy that checks it)"
+        "ERRANDS_ALLOWED_HOSTS"
     )
 
 

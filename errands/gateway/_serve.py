@@ -28,13 +28,21 @@ GRACEFUL_SECONDS = 3
 """Open event streams are cut after this long at shutdown instead of holding it up."""
 
 
-def check_binding(host: str, token: str | None) -> None:
+def check_binding(host: str, token: str | None, allowed_hosts: str | None = None) -> None:
+    """Refuses a gateway that anyone, or any web page, could use without a token."""
     if not token and not is_loopback(host):
         raise ConfigError(
             f"refusing to serve on {host} without a token: anyone who can reach it could run "
             "tasks. Set ERRANDS_API_TOKEN (clients send `Authorization: Bearer <token>`), or "
             "bind to 127.0.0.1",
             setting="ERRANDS_API_TOKEN",
+        )
+    if not token and "*" in (allowed_hosts or "").split(","):
+        raise ConfigError(
+            "refusing ERRANDS_ALLOWED_HOSTS=* without a token: any web page could reach the "
+            "gateway through DNS rebinding and run tasks. Set ERRANDS_API_TOKEN, or list the "
+            "names the gateway is reached by in ERRANDS_ALLOWED_HOSTS instead of *",
+            setting="ERRANDS_ALLOWED_HOSTS",
         )
 
 
@@ -61,11 +69,15 @@ async def _run(server: uvicorn.Server, sockets: list[socket.socket] | None = Non
         raise
 
 
-def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+def _config(app: FastAPI, host: str, port: int, proxies: str | None) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        # Only the proxies ERRANDS_FORWARDED_ALLOW_IPS names may say who the client is (the
+        # throttle of wrong tokens keys on it); uvicorn's own default trusts 127.0.0.1.
+        proxy_headers=proxies is not None,
+        forwarded_allow_ips=proxies or "",
         lifespan="on",
         ws="none",  # no websockets are served; don't load a websockets library
         log_level="warning",
@@ -74,10 +86,12 @@ def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
 
 
 @asynccontextmanager
-async def serving(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+async def serving(
+    app: FastAPI, host: str = "127.0.0.1", port: int = 0, *, proxies: str | None = None
+) -> AsyncIterator[str]:
     """Run ``app`` on this event loop until the block ends; yields its base URL. Port 0 picks a
-    free port."""
-    server = _Server(_config(app, host, port))
+    free port; ``proxies``: as ERRANDS_FORWARDED_ALLOW_IPS."""
+    server = _Server(_config(app, host, port, proxies))
     task = asyncio.create_task(server.serve(), name="errands gateway")
     while not server.started:
         if task.done():
@@ -95,7 +109,7 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
     """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
     in the foreground until cancelled (the CLI cancels it on SIGTERM, SIGHUP and Ctrl-C), then
     shut down gracefully. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
-    check_binding(host, token)
+    check_binding(host, token, settings.allowed_hosts)
     configure_logging(settings.log_level, json=settings.log_json)
     address = settings.temporal_address
     if not address:
@@ -113,7 +127,8 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
         try:
             app = create_app(Client(temporal, settings, store=store), token=token)
             log.info("errands gateway on %s (Temporal at %s)", _url(sock), address)
-            await _run(_Server(_config(app, host, port)), sockets=[sock])
+            proxies = settings.forwarded_allow_ips
+            await _run(_Server(_config(app, host, port, proxies)), sockets=[sock])
         finally:
             store.close()
 

@@ -45,6 +45,7 @@ ACCEPTS = {
     "log_level": ", ".join(f"`{level}`" for level in LOG_LEVELS[:-1]) + f" or `{LOG_LEVELS[-1]}`",
     "metrics_bind": "`IP:port`",
     "allowed_hosts": "`host[:port]`, comma-separated, or `*`",
+    "forwarded_allow_ips": "IP addresses or networks, comma-separated, or `*`",
 }
 """What a setting whose type does not say it accepts (strings, mostly); its check refuses the
 rest."""

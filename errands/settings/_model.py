@@ -25,6 +25,7 @@ from errands.settings._parse import (
     Seconds,
     check_allowed_hosts,
     check_api_token,
+    check_proxies,
     is_ip_port,
     is_port,
     provider_limits,
@@ -209,8 +210,12 @@ class Settings(BaseSettings):
     allowed_hosts: str | None = Field(default=None, alias="ERRANDS_ALLOWED_HOSTS")
     """``Host`` names the gateway answers to besides its own address, comma-separated.
 
-    E.g. ``errands.example.com`` behind a proxy, or ``*`` for any. Unset: only the address it
-    listens on (with 127.0.0.1, localhost and [::1] on loopback); others are refused."""
+    E.g. ``errands.example.com`` behind a proxy, or ``*`` for any (only with ERRANDS_API_TOKEN).
+    Unset: its own address (and 127.0.0.1, localhost, [::1] on loopback); others are refused."""
+    forwarded_allow_ips: str | None = Field(default=None, alias="ERRANDS_FORWARDED_ALLOW_IPS")
+    """Proxies whose ``X-Forwarded-For`` names the client, comma-separated: ``10.0.0.0/8``.
+
+    Wrong tokens then slow that client, not all behind the proxy. Unset: no proxy is trusted."""
     log_level: str = Field(default="INFO", alias="ERRANDS_LOG_LEVEL")
     """Log level of workers and the gateway: DEBUG, INFO, WARNING, ERROR or CRITICAL."""
     log_json: bool = Field(default=False, alias="ERRANDS_LOG_JSON")
@@ -242,15 +247,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("api_token")
-    @classmethod
-    def _api_token(cls, value: SecretStr | None) -> SecretStr | None:
-        return check_api_token(value)
-
-    @field_validator("allowed_hosts")
-    @classmethod
-    def _allowed_hosts(cls, value: str | None) -> str | None:
-        return check_allowed_hosts(value)
+    _api_token = field_validator("api_token")(check_api_token)
+    _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
+    _proxies = field_validator("forwarded_allow_ips")(check_proxies)
 
     @field_validator("metrics_bind")
     @classmethod

@@ -187,13 +187,31 @@ TOKEN_MIN_LENGTH = 43
 
 
 def check_api_token(value: SecretStr | None) -> SecretStr | None:
-    """``ERRANDS_API_TOKEN`` long enough that guessing it is hopeless (the value is never said)."""
-    if value is not None and len(value.get_secret_value().strip()) < TOKEN_MIN_LENGTH:
+    """``ERRANDS_API_TOKEN`` long enough that guessing it is hopeless (the value is never said),
+    without the white space around it (a secret file's last newline): the value compared."""
+    token = value.get_secret_value().strip() if value is not None else None
+    if token is not None and len(token) < TOKEN_MIN_LENGTH:
         raise ValueError(
             f"a token needs at least {TOKEN_MIN_LENGTH} characters (32 random bytes); make one "
             'with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
         )
-    return value
+    return None if token is None else SecretStr(token)
+
+
+def check_proxies(value: str | None) -> str | None:
+    """``ERRANDS_FORWARDED_ALLOW_IPS`` as IP addresses or networks joined by commas, or ``*``."""
+    entries = [e.strip() for e in (value or "").split(",") if e.strip()]
+    for entry in entries:
+        try:
+            if entry != "*":
+                ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r} is not an IP address or network; give the addresses of the proxies "
+                "in front of the gateway, comma-separated (10.0.0.5, 10.0.0.0/8, ::1), or * for "
+                "any (only when nothing else can reach the gateway)"
+            ) from None
+    return ",".join(entries) or None
 
 
 def split_host(authority: str) -> tuple[str, str]:
