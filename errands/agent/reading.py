@@ -155,16 +155,23 @@ def read_page(row: StoredMessage | None, read: Read) -> tuple[str, bool]:
     return head + text, False
 
 
-def capped_result(text: str, max_bytes: int, *, read_bytes: int | None = None) -> str:
+def capped_result(
+    text: str, max_bytes: int, *, read_bytes: int | None = None, more: bool = False
+) -> str:
     """A tool result as it is stored: ``text`` itself when it takes at most ``max_bytes`` of
     UTF-8, else its start cut to fit, ending with a note that tells the model how much was
     dropped (the dropped part is gone: not even ``read_message`` shows it). ``read_bytes``: the
     size of the whole result when more was sent than ``text`` holds (a transport that stopped
-    reading)."""
+    reading); ``more``: the transport stopped before the end, so the whole was longer still."""
     size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     if size <= max_bytes and read_bytes is None:
         return text
-    what = f"the tool's answer was {read_bytes:,}" if read_bytes else f"this result was {size:,}"
+    longer = "more than " if more else ""
+    what = (
+        f"the tool's answer was {longer}{read_bytes:,}"
+        if read_bytes
+        else f"this result was {size:,}"
+    )
 
     def note(kept: int) -> str:
         return (

@@ -99,9 +99,10 @@ _TEXT = re.compile(rb'"text"\s*:\s*"')
 _STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*')
 
 
-def head_text(oversized: Oversized, max_bytes: int | None) -> str:
+def head_text(oversized: Oversized, max_bytes: int | None, *, more: bool = False) -> str:
     """The text of the first text block of an answer the transport stopped reading, as far as
-    its head holds it, cut and marked as ``capped_result`` does."""
+    its head holds it, cut and marked as ``capped_result`` does. ``more``: ``oversized.size``
+    is only what was read before the transport stopped (HTTP), not the whole answer's size."""
     head = oversized.head
     found = _TEXT.search(head)
     body = head[found.end() :] if found else b""
@@ -116,15 +117,28 @@ def head_text(oversized: Oversized, max_bytes: int | None) -> str:
         except ValueError:
             continue
     limit = max_bytes if max_bytes is not None else len(head)
-    return capped_result(text, limit, read_bytes=None if whole else oversized.size)
+    return capped_result(text, limit, read_bytes=None if whole else oversized.size, more=more)
 
 
-def _too_long(tool: str, limit: int) -> str:
-    return (
-        f"the answer of {tool} was longer than {limit:,} bytes, the most errands reads of one "
-        "answer over HTTP (about twice ERRANDS_TOOL_RESULT_MAX_BYTES), so none of it could be "
-        "shown; ask the tool for a narrower or paged answer"
-    )
+class _Head(httpx2.AsyncByteStream):
+    """An HTTP answer's body as the SDK reads it, its first ``keep`` bytes kept in
+    ``oversized`` (and every byte read counted): the head of an answer the SDK stops reading at
+    its event limit, shown as stdio shows one."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, keep: int, oversized: Oversized) -> None:
+        self._stream, self._keep, self._oversized = stream, keep, oversized
+        self._head = bytearray()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            if len(self._head) < self._keep:
+                self._head += chunk[: self._keep - len(self._head)]
+                self._oversized.head = bytes(self._head)
+            self._oversized.size += len(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 # -- the client ----------------------------------------------------------------------------------
@@ -174,8 +188,9 @@ async def call_tool(
     """Call the server-side tool ``tool`` with ``arguments``.
 
     ``max_bytes``: the most bytes of the result's text kept; a longer one is cut, the cut said
-    at its end (``errands.agent.reading.capped_result``), and a stdio server's answer is read
-    no further than about twice that (its JSON may repeat the text as structured content).
+    at its end (``errands.agent.reading.capped_result``), and the server's answer is read no
+    further than about twice that (its JSON may repeat the text as structured content), over
+    stdio and over HTTP alike: what was read of a longer one gives its head, as a success.
 
     The request's ``_meta`` carries ``{"errands/idempotency_key": idempotency_key}``, so a server
     can recognise a call errands retries. A tool ``config.tools`` does not allow is refused
@@ -197,8 +212,10 @@ async def call_tool(
             if exchange.oversized.size and error.code in (OVERSIZED, types.CONNECTION_CLOSED):
                 return ToolOutcome(text=head_text(exchange.oversized, max_bytes), is_error=False)
             if exchange.max_line is not None and _SSE_TOO_LONG in error.message:
-                # The SDK read no more of it over HTTP: the tool ran; nothing is retried.
-                return ToolOutcome(text=_too_long(tool, exchange.max_line), is_error=True)
+                # The SDK read no more of it over HTTP (the tool ran; nothing is retried): its
+                # head, as far as it was read, as over stdio.
+                text = head_text(exchange.posted, max_bytes, more=True)
+                return ToolOutcome(text=text, is_error=False)
             if not _answers_the_call(error, exchange):
                 raise  # the transport failed, not the call: _exchange names the cause
             return ToolOutcome(text=f"{error.message} (MCP error {error.code})", is_error=True)
@@ -249,14 +266,21 @@ class _Exchange:
     failure: ConnectionError | None = None
     """A failure raised inside the session, already worded."""
     max_line: int | None = None
-    """The most bytes of one answer a stdio transport reads (None: no bound)."""
+    """The most bytes of one answer the transport reads (None: no bound): a stdio line, or an
+    HTTP event (the SDK's ``max_sse_event_size``)."""
     oversized: Oversized = field(default_factory=Oversized)
-    """The head of an answer longer than ``max_line``, when the server sent one."""
+    """Over stdio: the head of an answer longer than ``max_line``, when the server sent one."""
+    posted: Oversized = field(default_factory=Oversized)
+    """Over HTTP: the head of the last POST's answer (whatever its length), and the bytes of
+    it read so far."""
 
     async def record(self, response: httpx2.Response) -> None:
         if response.request.method == "POST":
             status = response.status_code
             self.http_status = status if status >= 400 else None
+            if self.max_line is not None and isinstance(response.stream, httpx2.AsyncByteStream):
+                self.posted = Oversized()  # the last POST's answer: the call's
+                response.stream = _Head(response.stream, self.max_line, self.posted)
 
 
 async def _exchange(
