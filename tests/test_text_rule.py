@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -28,8 +29,10 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
+from errands.client import task_input
 from errands.contracts import ids
 from errands.contracts.events import NewEvent
+from errands.contracts.limits import TASK_PATTERN
 from errands.contracts.messages import ModelResponse, NewMessage, ToolCall
 from errands.contracts.text import (
     REPLACEMENT,
@@ -63,6 +66,35 @@ def surrogate_text() -> str:
 
 
 # -- the rule, without a server ---------------------------------------------------------------
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "bad",
+    ["a/b", "a b", "tab\there", "bell\x07", "del\x7f", "next-line\x85", "csi\x9b2J", "x" * 301],
+)
+def test_a_task_id_the_gateway_would_refuse_is_refused_by_the_client_too(bad: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        task_input(Settings(), "Do it.", session="ids-s1", task_id=bad)
+    assert refused.value.field == "task_id"
+    assert refused.value.message.startswith("the task id")
+    assert not any(0x7F <= ord(c) <= 0x9F for c in refused.value.message), "said, not sent"
+    assert not re.fullmatch(TASK_PATTERN, bad)
+
+
+@pytest.mark.fast
+def test_the_client_and_the_gateways_task_paths_take_the_same_ids() -> None:
+    paths = create_app(ErrandsClient(None, Settings()), token=None).openapi()["paths"]
+    patterns = {
+        parameter["schema"]["pattern"]
+        for operations in paths.values()
+        for operation in operations.values()
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == "task_id"
+    }
+    assert patterns == {TASK_PATTERN}
+    for good in ["review-2026-12", "é:ü.7", "x" * 300]:
+        assert task_input(Settings(), "Do it.", session="ids-s1", task_id=good).task_id == good
 
 
 @pytest.mark.fast

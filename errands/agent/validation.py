@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 
+from errands.contracts.limits import MESSAGE_CHARS
+from errands.contracts.limits import TASK_PATTERN as TASK_PATTERN
+
 SESSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,79}$"
 """Session ids become part of task ids, workflow ids and a search attribute: keep them plain."""
-TASK_PATTERN = r"^[^/\s\x00-\x1f]{1,300}$"
-MAX_TEXT = 100_000
+MAX_TEXT = MESSAGE_CHARS
 """Characters of a task's text."""
 DEMO_MODEL = "demo"
 """The offline model: the real OpenAI client against rules served on loopback."""

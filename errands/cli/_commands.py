@@ -111,11 +111,11 @@ async def answer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task_id": args.task, "accepted": True, **receipt.model_dump()}))
     elif args.cancel:
-        print(f"{args.task}: question cancelled; the task goes on without an answer")
+        print(f"{one_line(args.task)}: question cancelled; the task goes on without an answer")
     elif args.dismiss:
-        print(f"{args.task}: question dismissed; the agent replies without a choice")
+        print(f"{one_line(args.task)}: question dismissed; the agent replies without a choice")
     else:
-        print(f"{args.task}: answer accepted; the task goes on")
+        print(f"{one_line(args.task)}: answer accepted; the task goes on")
     return 0
 
 
@@ -127,12 +127,13 @@ async def say(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
     elif receipt.status == "queued":
-        print(f"{args.task}: queued as {receipt.message_id}; it becomes the next task")
+        print(one_line(f"{args.task}: queued as {receipt.message_id}; it becomes the next task"))
     elif receipt.status == "started":
-        print(f"{args.task} had ended; the message started the session's next task")
-        print(receipt.task_id)
+        print(one_line(f"{args.task} had ended; the message started the session's next task"))
+        print(one_line(str(receipt.task_id)))
     else:
-        print(f"{args.task}: {receipt.message_id} sent; the agent sees it before its next step")
+        sent = f"{args.task}: {receipt.message_id} sent; the agent sees it before its next step"
+        print(one_line(sent))
     return 0
 
 
@@ -210,9 +211,8 @@ async def cancel(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"task_id": args.task, "status": "cancel_requested"}))
     else:
-        print(
-            f"{args.task}: cancel requested; `errands wait {args.task}` shows when it has stopped"
-        )
+        task = one_line(args.task)
+        print(f"{task}: cancel requested; `errands wait {task}` shows when it has stopped")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,6 +112,13 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
         raise InvalidRequest("the task id is blank; give one or leave it out", field="task_id")
     if task_id is not None:
         checked(task_id, "task_id", limits.TASK_ID_CHARS, what="the task id")
+        if not re.fullmatch(limits.TASK_PATTERN, task_id):
+            raise InvalidRequest(
+                f"the task id {task_id!r} is not allowed: it takes no slash, white space or "
+                "control character (as in the gateway's task paths); choose one such as "
+                "review-2026-12, or leave it out for a new one",
+                field="task_id",
+            )
     return TaskInput(
         task_id=task_id or new_task_id(session_id),
         session_id=session_id,

@@ -14,8 +14,11 @@ MODEL_SPEC_CHARS = 200
 """Characters of a ``provider:model`` spec (the longest real model names are under 100)."""
 TASK_ID_CHARS = 300
 """Characters of a task id a caller chooses (the gateway's task paths take no longer one)."""
+TASK_PATTERN = rf"^[^/\s\x00-\x1f\x7f-\x9f]{{1,{TASK_ID_CHARS}}}$"
+"""A task id a caller chooses, from the client or in a gateway path: no slash, no white space,
+no control character (C0, DEL, C1), so it prints as itself and is one path segment."""
 MESSAGE_CHARS = 100_000
-"""Characters of a message sent into a running task (as many as a task's own text)."""
+"""Characters of a task's text, and of a message sent into a running task."""
 SIDE_QUESTION_CHARS = 10_000
 """Characters of a side question."""
 ANSWER_CHARS = 10_000
