@@ -8,12 +8,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import uuid
+from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from errands.adapters.devserver import free_port
+from errands.adapters.scripted import ScriptedModelServer
+from errands.client import task_input
+from errands.client._task_calls import TASK_WORKFLOW
+from errands.contracts import search
 from errands.contracts.urls import SECRET_PARAMETERS, masked_url
+from errands.settings import Settings
 from tests.conftest import read_stderr_until, run_cli, running_cli
+from tests.helpers import DATABASE, ask, final, until_waiting
+from tests.test_ask_user import MODEL
 from tests.test_cli_usage import a_clean_refusal
 
 COMMANDS = [
@@ -220,3 +230,41 @@ async def test_serve_stops_quietly_on_a_signal(
         rest = (await proc.stderr.read()).decode()
     assert code == (0 if stop == signal.SIGTERM else 130), rest
     assert "Traceback" not in rest and "ERROR" not in rest, rest
+
+
+# -- a task id the CLI is given is printed as text ------------------------------------------
+
+
+async def test_a_task_id_with_control_characters_is_echoed_escaped_by_every_command(
+    client: Client,
+    worker: Any,
+    settings: Settings,
+    cli_env: dict[str, str],
+    scripted: ScriptedModelServer,
+) -> None:
+    """Such an id is refused by every frontend now; a task started under one by other means
+    (before, or straight through Temporal) is still answered, and its id shown as text."""
+    scripted.script("gpt-ask", ask(DATABASE), final("no choice then"))
+    weird = f"task-\x1b]0;owned\x07-\x9b2J-{uuid.uuid4().hex[:6]}"
+    data = task_input(settings, "Set it up", session="cli-ids", model=MODEL).model_copy(
+        update={"task_id": weird}
+    )
+    await client.start_workflow(
+        TASK_WORKFLOW,
+        data,
+        id=weird,
+        task_queue=settings.task_queue,
+        search_attributes=search.initial("cli-ids"),
+    )
+    await until_waiting(client.get_workflow_handle(weird))
+    env = {**cli_env, "ERRANDS_MODEL": MODEL}
+    dismissed = await run_cli(env, "answer", weird, "--dismiss")
+    assert dismissed.code == 0, dismissed
+    await client.get_workflow_handle(weird).result()
+    status = await run_cli(env, "status", weird)
+    assert status.code == 0, status
+    ended = await run_cli(env, "cancel", weird)
+    assert ended.code == 2 and "has already ended" in ended.stderr, ended
+    for printed in (dismissed.stdout, status.stdout, ended.stderr):
+        assert not any(c in printed for c in "\x1b\x07\x9b"), printed
+        assert "task-\\x1b]0;owned\\x07-\\x9b2J" in printed, printed
