@@ -49,7 +49,10 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
     )
     handle = await start(asking_worker, client, "Write a note once I say so.")
     pending = await pending_approval(handle)
-    await answer(handle, approval_id=pending["approval_id"], decision="approve")
+    digest = pending["arguments_sha256"]
+    await answer(
+        handle, approval_id=pending["approval_id"], decision="approve", arguments_sha256=digest
+    )
     assert (await asyncio.wait_for(handle.result(), 60)).status == "replied"
 
     requested, reply = approval_events(store, handle.id)
@@ -70,8 +73,8 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
         "approval_id": pending["approval_id"],
         "decision": "approve",
         "reason": None,
-        "arguments_sha256": pending["arguments_sha256"],
-    }
+        "arguments_sha256": digest,
+    }, "the digest the person's answer carried"
     tool = next(e for e in store.list_events(handle.id) if e.type == "tool_approved")
     assert requested.seq < reply.seq < tool.seq
     await keep_history(client, handle.id, "approval_events_in_a_branch")
@@ -106,9 +109,9 @@ async def test_the_main_agents_denied_call_is_logged_with_the_users_reason(
             "approval_id": pending["approval_id"],
             "decision": "deny",
             "reason": "not now",
-            "arguments_sha256": pending["arguments_sha256"],
+            "arguments_sha256": None,
         }
-    ]
+    ], "an answer that carried no digest is logged with none, not the waiting call's"
     await keep_history(client, handle.id, "approval_events_main_agent_denied")
 
 

@@ -36,7 +36,7 @@ from temporalio.client import Client, WorkflowHandle
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
-from errands.agent.approvals import canonical_arguments
+from errands.agent.approvals import SHOWN_MAX_BYTES, canonical_arguments
 from errands.agent.arguments import MAX_BYTES, MAX_DEPTH
 from errands.cli._output import approval_text
 from errands.client import Client as ErrandsClient
@@ -47,6 +47,7 @@ from errands.workers import build_worker
 from tests.conftest import ROOT, run_cli
 from tests.helpers import final, start_task
 from tests.mcp_shell_server import ran
+from tests.test_terminal_safety import NEVER_RAW, SPACES
 from tests.test_web_page import CHROMIUM, browser, open_page  # noqa: F401 (a fixture)
 from tests.test_work_tools import pending_approval, tool_results
 
@@ -85,6 +86,8 @@ async def shell_worker(
         update={
             "task_queue": f"trust-{uuid.uuid4().hex[:6]}",
             "mcp_servers": json.dumps({"shell": shell}),
+            # Room for a call of 100 KB in the conversation (the too-large case).
+            "models": json.dumps({f"openai:{MODEL}": {"context_window": 1_000_000}}),
         }
     )
     router = ModelRouter(own)
@@ -184,6 +187,21 @@ def test_the_canonical_arguments_are_the_object_the_tool_receives_with_whitespac
         '{\n  "b": "a\\u200bb\\u202ec\\u00a0d\\u2028e\\u0085f\\tg\\rh",\n  "a": "\\udb40\\udc41"\n}'
     ), "the model's key order, every invisible character escaped"
     assert json.loads(shown) == hidden, "still the same object"
+    assert shown.isascii()
+
+
+def json_escape(char: str) -> str:
+    """``char`` as a JSON ``\\uXXXX`` escape (past U+FFFF, its surrogate pair)."""
+    return json.dumps(char, ensure_ascii=True)[1:-1]
+
+
+@pytest.mark.parametrize("name", [*NEVER_RAW, *SPACES])
+def test_each_class_that_does_not_show_as_itself_is_escaped_in_the_call(name: str) -> None:
+    char = {**NEVER_RAW, **SPACES}[name]
+    arguments = json.dumps({"cmd": f"a{char}b"}, ensure_ascii=True)
+    shown = canonical_arguments(arguments)
+    assert shown == f'{{\n  "cmd": "a{json_escape(char)}b"\n}}', name
+    assert json.loads(shown) == json.loads(arguments), "still the same object"
     assert shown.isascii()
 
 
@@ -308,21 +326,82 @@ async def test_a_padded_command_is_shown_whole_and_the_cli_answers_only_the_dige
     assert ran(shell_dir)[-1] == {"cmd": PADDED_CMD}, "the tool got exactly what was shown"
 
 
-async def test_approve_without_a_digest_answers_with_the_digest_of_the_call_it_read(
+async def test_approve_or_deny_naming_no_call_is_refused_and_the_digest_given_is_logged(
     client: Client,
     scripted: ScriptedModelServer,
+    store: SessionStore,
     shell_worker: Settings,
     shell_dir: Path,
     cli_env: dict[str, str],
 ) -> None:
     handle = await start(scripted, shell_worker, client, "", '{"cmd": "date"}')
     pending = await pending_approval(handle)
-    denied = await run_cli(cli_env, "deny", handle.id, "--reason", "not today")
+    for verb in ("approve", "deny"):
+        bare = await run_cli(cli_env, verb, handle.id)
+        assert bare.code == 2, bare
+        assert len(bare.stderr.strip().splitlines()) == 1
+        assert "--sha256" in bare.stderr and f"errands status {handle.id}" in bare.stderr
+    assert (await pending_approval(handle)) == pending, "nothing was answered"
+
+    digest = pending["arguments_sha256"]
+    denied = await run_cli(cli_env, "deny", handle.id, "--sha256", digest, "--reason", "not today")
     assert denied.code == 0, denied
-    assert f"sha256 {pending['arguments_sha256']}" in denied.stdout
+    assert f"sha256 {digest}" in denied.stdout
     result = await asyncio.wait_for(handle.result(), 120)
     assert isinstance(result, TaskResult) and "not today" in (result.reply or "")
     assert {"cmd": "date"} not in ran(shell_dir)
+    events = await asyncio.to_thread(store.list_events, handle.id)
+    answered = [e.data for e in events if e.type == "approval_answered"]
+    assert [a["arguments_sha256"] for a in answered] == [digest], "the digest the person sent"
+
+
+async def test_the_client_without_a_digest_sends_none_and_none_is_logged(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    shell_worker: Settings,
+    shell_dir: Path,
+) -> None:
+    handle = await start(scripted, shell_worker, client, "", '{"cmd": "uptime"}')
+    pending = await pending_approval(handle)
+    task = ErrandsClient(client, shell_worker, store=store).task(handle.id)
+    receipt = await task.approve()
+    assert receipt.arguments_sha256 == pending["arguments_sha256"], "the receipt says which call"
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert isinstance(result, TaskResult) and result.status == "replied"
+    events = await asyncio.to_thread(store.list_events, handle.id)
+    answered = [e.data for e in events if e.type == "approval_answered"]
+    assert [a["arguments_sha256"] for a in answered] == [None], "not filled in at answer time"
+
+
+async def test_a_call_too_large_to_show_a_person_is_refused_to_the_model_without_asking(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    shell_worker: Settings,
+    shell_dir: Path,
+) -> None:
+    """Arguments the parser reads (under its size cap) whose canonical text, escapes included,
+    is past SHOWN_MAX_BYTES: a DEL is one byte and shows as six."""
+    raw = json.dumps({"cmd": "\x7f" * 100_000}, ensure_ascii=False)
+    assert len(raw.encode()) <= MAX_BYTES < SHOWN_MAX_BYTES < len(canonical_arguments(raw))
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        results = tool_results(request)
+        if not results:
+            return Reply(calls=[Call(TOOL, raw)])
+        return final(results[-1]["content"])
+
+    scripted.script(MODEL, main_agent, main_agent)
+    before = len(ran(shell_dir))
+    handle = await start_task(client, shell_worker.task_queue, "Go.", model=f"openai:{MODEL}")
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert result.status == "replied", result.error
+    assert "too large to show a person" in (result.reply or "")
+    assert "make the call smaller" in (result.reply or "").lower()
+    events = await asyncio.to_thread(store.list_events, handle.id)
+    assert not [e for e in events if e.type.startswith("approval_")], "nothing was put to a person"
+    assert len(ran(shell_dir)) == before, "the tool did not run"
 
 
 # -- arguments past the parser's guards never ask ------------------------------------------

@@ -138,7 +138,8 @@ async def test_errands_run_shows_a_tool_call_waiting_for_approval_from_the_log_o
         assert "from the CLI" in seen
         assert f"approve with: errands approve {task_id} --sha256 " in seen
         assert "[--always]" in seen
-        approved = await run_cli(env, "approve", task_id)
+        digest = seen.split("--sha256 ", 1)[1].split()[0]
+        approved = await run_cli(env, "approve", task_id, "--sha256", digest)
         assert approved.code == 0, approved.stderr
         rest = (await asyncio.wait_for(proc.stderr.read(), 60)).decode()
         out = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()

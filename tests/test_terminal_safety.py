@@ -103,6 +103,57 @@ def test_shown_output_holds_no_control_character_but_newline_and_tab() -> None:
     assert "\n" not in one_line(every) and "\t" not in one_line(every)
 
 
+NEVER_RAW = {
+    "C0 control": "\x07",
+    "DEL": "\x7f",
+    "C1 control": "\x85",
+    "format (bidi override)": "\u202e",
+    "surrogate": "\udcff",
+    "private use": "\ue000",
+    "unassigned": "\u0378",
+    "line separator": "\u2028",
+    "paragraph separator": "\u2029",
+    "variation selector": "\ufe0f",
+    "variation selector supplement": "\U000e0100",
+    "Hangul choseong filler": "\u115f",
+    "Hangul jungseong filler": "\u1160",
+    "Hangul filler": "\u3164",
+    "halfwidth Hangul filler": "\uffa0",
+    "blank braille cell": "\u2800",
+    "combining grapheme joiner": "\u034f",
+    "Khmer inherent vowel": "\u17b4",
+    "Mongolian free variation selector": "\u180b",
+    "Mongolian vowel separator": "\u180e",
+    "invisible operator range (unassigned)": "\u2065",
+    "tag character": "\U000e0041",
+    "default-ignorable, unassigned": "\U000e0fff",
+}
+"""One character of each class that never reaches a terminal (nor a call a person approves) as
+itself (``errands.contracts.visible``)."""
+SPACES = {"no-break space": "\u00a0", "em space": "\u2003", "ideographic space": "\u3000"}
+"""Spaces other than U+0020: a terminal prints them; a call a person approves escapes them."""
+
+
+def terminal_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", list(NEVER_RAW))
+def test_each_class_that_never_shows_as_itself_is_printed_as_its_escape(name: str) -> None:
+    char = NEVER_RAW[name]
+    assert shown(f"a{char}b") == f"a{terminal_escape(char)}b"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", list(SPACES))
+def test_a_space_other_than_the_plain_one_prints_as_it_is(name: str) -> None:
+    assert shown(f"a{SPACES[name]}b") == f"a{SPACES[name]}b"
+
+
 @pytest.mark.fast
 def test_plain_text_and_other_languages_stay_as_they_are() -> None:
     text = "Grüße, 你好, مرحبا, emoji 🎉 and a\ttab\nnew line"

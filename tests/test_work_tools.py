@@ -661,7 +661,7 @@ async def test_the_cli_the_gateway_and_the_client_answer_approvals(
     assert "mcp__web__search (main) waits for your approval." in shown.stdout
     pin = f"--sha256 {first['arguments_sha256']}"
     assert f"approve with: errands approve {handle.id} {pin}\n" in shown.stdout
-    approved = await run_cli(cli_env, "approve", handle.id, "--json")
+    approved = await run_cli(cli_env, "approve", handle.id, *pin.split(), "--json")
     assert approved.code == 0, approved.stderr
     assert approved.json()["approval_id"] == first["approval_id"]
 
