@@ -77,10 +77,40 @@ def test_a_secret_query_parameter_is_masked(name: str) -> None:
         ),
         ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
         ("sqlite:///var/lib/errands/sessions.db", "sqlite:///var/lib/errands/sessions.db"),
-        ("https://user@host/x?keyboard=1&monkey=2", "https://user@host/x?keyboard=1&monkey=2"),
+        ("https://host/x?keyboard=1&monkey=2#keys", "https://host/x?keyboard=1&monkey=2#keys"),
         ("http://[::1/?token=abc", "****"),
+        ("https://ghp_T0KEN@github.com/o/r.git", "https://****@github.com/o/r.git"),
+        ("wss://T0KEN@stream.example/v1", "wss://****@stream.example/v1"),
+        ("postgresql://app@db/app", "postgresql://app@db/app"),
+        (
+            "https://app.example/cb#access_token=T0KEN&token_type=bearer&state=x",
+            "https://app.example/cb#access_token=****&token_type=bearer&state=x",
+        ),
+        (
+            "https://acct.blob.core.windows.net/c/b?sv=2024-11-04&se=2027&sig=S1G%3D#part",
+            "https://acct.blob.core.windows.net/c/b?sv=2024-11-04&se=2027&sig=****#part",
+        ),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA&X-Amz-Signature=ab12",
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA&X-Amz-Signature=****",
+        ),
+        ("https://host/p#/callback?token=T0KEN&x=1", "https://host/p#/callback?token=****&x=1"),
     ],
-    ids=["password", "password-with-@-and-:", "plain", "sqlite", "look-alikes", "unreadable"],
+    ids=[
+        "password",
+        "password-with-@-and-:",
+        "plain",
+        "sqlite",
+        "look-alikes",
+        "unreadable",
+        "token-as-user",
+        "token-as-user-websocket",
+        "database-user-is-a-name",
+        "oauth-fragment",
+        "azure-sas-sig",
+        "aws-signature",
+        "a-query-inside-a-fragment",
+    ],
 )
 def test_a_url_keeps_everything_but_its_secrets(url: str, expected: str) -> None:
     assert masked_url(url) == expected
