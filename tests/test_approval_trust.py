@@ -31,6 +31,7 @@ import httpx
 import pyte
 import pytest
 from playwright.async_api import Browser, Request, expect
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 
 from errands.adapters.routing import ModelRouter
@@ -40,8 +41,10 @@ from errands.agent.approvals import SHOWN_MAX_BYTES, canonical_arguments
 from errands.agent.arguments import MAX_BYTES, MAX_DEPTH
 from errands.cli._output import approval_text
 from errands.client import Client as ErrandsClient
+from errands.contracts import limits
 from errands.contracts.workflows import TaskResult
 from errands.gateway import create_app, serving
+from errands.gateway._models import ApprovalRequestBody
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT, run_cli
@@ -203,6 +206,20 @@ def test_each_class_that_does_not_show_as_itself_is_escaped_in_the_call(name: st
     assert shown == f'{{\n  "cmd": "a{json_escape(char)}b"\n}}', name
     assert json.loads(shown) == json.loads(arguments), "still the same object"
     assert shown.isascii()
+
+
+def test_the_api_bounds_an_approval_answer_as_every_layer_does() -> None:
+    """The HTTP body takes the shared limits and digest pattern: an id past ID_CHARS and a
+    reason past REASON_CHARS are refused; a digest in capitals is checked as lowercase hex."""
+    digest = "ab" * 32
+    body = ApprovalRequestBody(decision="approve", arguments_sha256=digest.upper())
+    assert body.arguments_sha256 == digest
+    with pytest.raises(ValidationError):
+        ApprovalRequestBody(decision="approve", approval_id="x" * (limits.ID_CHARS + 1))
+    with pytest.raises(ValidationError):
+        ApprovalRequestBody(decision="deny", reason="x" * (limits.REASON_CHARS + 1))
+    with pytest.raises(ValidationError):
+        ApprovalRequestBody(decision="approve", arguments_sha256="g" * 64)
 
 
 def test_arguments_that_indenting_would_blow_up_are_shown_whole_on_one_line() -> None:
