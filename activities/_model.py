@@ -68,6 +68,34 @@ def delivered(store: SessionStore, task_id: str, message_ids: list[str]) -> None
         )
 
 
+def shortened_results(
+    rows: list[StoredMessage], previews: int, limit: int | None
+) -> tuple[list[StoredMessage], int]:
+    """A thread's rows as a branch's request shows them, and how many were shortened: a tool
+    result over ``limit`` bytes, or past ``PREVIEW_OVER`` at the preview level asked, as its
+    head and tail (``reading.result_preview``, numbered by its row in the thread); never the
+    pages ``read_message`` returned."""
+    latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
+    shown: list[StoredMessage] = []
+    shortened = 0
+    for row in rows:
+        bounds = [] if limit is None else [limit]
+        if previews == reading.ALL or (previews == reading.OLDER and row.seq < latest_step):
+            bounds.append(reading.PREVIEW_OVER)
+        room = min(bounds, default=None)
+        if (
+            room is not None
+            and row.kind == "tool_result"
+            and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
+            and reading.utf8_over(row.text, room)
+        ):
+            text = reading.result_preview(row.text, row.seq, room)
+            row = row.model_copy(update={"text": text})
+            shortened += 1
+        shown.append(row)
+    return shown, shortened
+
+
 class ModelActivities:
     def __init__(
         self,
@@ -234,25 +262,8 @@ class ModelActivities:
             # Results whose call was folded into the summary (a piece may end mid-step).
             while rows and rows[0].kind == "tool_result":
                 rows.pop(0)
-        latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
         limit = result_limit(data.max_output_tokens) if result_limit is not None else None
-        shortened = 0
-        shown: list[StoredMessage] = []
-        for row in rows:
-            bounds = [] if limit is None else [limit]
-            if previews == reading.ALL or (previews == reading.OLDER and row.seq < latest_step):
-                bounds.append(reading.PREVIEW_OVER)
-            room = min(bounds, default=None)
-            if (
-                room is not None
-                and row.kind == "tool_result"
-                and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
-                and reading.utf8_over(row.text, room)
-            ):
-                text = reading.result_preview(row.text, row.seq, room)
-                row = row.model_copy(update={"text": text})
-                shortened += 1
-            shown.append(row)
+        shown, shortened = shortened_results(rows, previews, limit)
         messages = thread_messages([opening] if opening else [])
         compactable = thread_messages(shown)
         if view.summary is not None:
