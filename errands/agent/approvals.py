@@ -15,8 +15,10 @@ the call's result: the tool never ran.
 
 What the user approves is the call itself (issue 23): ``request_of`` shows the exact arguments
 the tool will receive, whole and canonicalised (``canonical_arguments``), with their size and
-SHA-256 digest; the model's explanation (``why``) travels beside them, bounded, as the model's
-words. An answer that names a digest is refused unless it is the digest of the waiting call.
+SHA-256 digest, all computed once in the activity that finds the call (``need_of``); the model's
+explanation (``why``) travels beside them, bounded, as the model's words. An answer that names a
+digest is refused unless it is the digest of the waiting call. A call too large to show
+(``SHOWN_MAX_BYTES``) is refused to the model without asking anyone.
 
 Workflows import this module: it stays free of I/O. The payloads are in
 ``errands.contracts.approvals``.
