@@ -123,7 +123,7 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "approval_id": "as approval_requested",
         "decision": "approve, approve_always, deny, timed_out, headless or cancelled",
         "reason": "why the user denied it (null otherwise)",
-        "arguments_sha256": "the digest a person's answer carried (null when it carried none, or nobody answered)",
+        "arguments_sha256": "the digest a person's answer carried (else null)",
     },
     "question_asked": {"round": _ROUND, "question_set_id": "its id", "headers": "one per question"},
     "question_answered": {"round": _ROUND, "question_set_id": "its id", "status": "how"},
