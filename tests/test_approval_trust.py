@@ -401,7 +401,7 @@ async def test_a_call_too_large_to_show_a_person_is_refused_to_the_model_without
     """Arguments the parser reads (under its size cap) whose canonical text, escapes included,
     is past SHOWN_MAX_BYTES: a DEL is one byte and shows as six."""
     raw = json.dumps({"cmd": "\x7f" * 100_000}, ensure_ascii=False)
-    assert len(raw.encode()) <= MAX_BYTES < SHOWN_MAX_BYTES < len(canonical_arguments(raw))
+    assert len(raw.encode()) <= MAX_BYTES and SHOWN_MAX_BYTES < len(canonical_arguments(raw))
 
     def main_agent(request: RecordedRequest) -> Reply:
         results = tool_results(request)

@@ -35,16 +35,17 @@ from errands.agent.arguments import read_arguments
 from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalRequest
 from errands.contracts.visible import MAYBE_HIDDEN, hidden_in_approval
 
-INDENTED_MAX_BYTES = 512 * 1024
+SHOWN_MAX_BYTES = 64 * 1024
+"""The largest canonical call put to a person: about 1,500 indented lines, more than anyone reads
+before approving. The canonical text travels in signals, in the task's state across
+continue-as-new, in the log and in query answers, all under Temporal's 2 MB payload limit, and
+escapes can make it six times the size of the arguments (a DEL is one byte, ``\u007f`` six): at
+this bound the calls of a task's main agent and eight branches waiting at once stay under 600 KiB.
+A larger call is refused (``too_large``), its tool not run, and the model asked to make it
+smaller."""
+INDENTED_MAX_BYTES = SHOWN_MAX_BYTES
 """Past this size the canonical arguments are written on one line instead of indented: deep
-nesting indented two spaces a level could multiply the size of what the user must read (and of
-the payloads that carry it) many times over."""
-SHOWN_MAX_BYTES = 512 * 1024
-"""The largest canonical call put to a person. Escapes can make the canonical text six times
-the size of the arguments the parser reads (a DEL is one byte, ``\\u007f`` six), and that text
-travels in signals, in the task's state across continue-as-new, in the log and in query
-answers, all under Temporal's 2 MB payload limit: a larger call is refused (``too_large``), its
-tool not run, and the model is asked to make it smaller."""
+nesting indented two spaces a level could multiply the size of what the user must read."""
 
 
 def need_of(
