@@ -100,8 +100,9 @@ def approval_text(task_id: str, pending: dict[str, Any], width: int | None = Non
         else f" --id {shlex.quote(one_line(pending['approval_id']))}"
     )
     always = " [--always]" if pending.get("can_approve_always") else ""
-    lines.append(f"approve with: errands approve {shlex.quote(one_line(task_id))}{pin}{always}")
-    lines.append(f"deny with:    errands deny {shlex.quote(one_line(task_id))}{pin} [--reason TEXT]")
+    task = shlex.quote(one_line(task_id))
+    lines.append(f"approve with: errands approve {task}{pin}{always}")
+    lines.append(f"deny with:    errands deny {task}{pin} [--reason TEXT]")
     return "\n".join(lines)
 
 
