@@ -154,6 +154,25 @@ async def test_tool_calls_keep_their_ids_and_raw_arguments_even_malformed(
 
 
 @both_apis
+async def test_streamed_tool_calls_keep_their_raw_arguments_even_cut_off(
+    api: str, server: Server
+) -> None:
+    """Anthropic's SDK reads a streamed input as partial JSON, so ``{"text": "half`` would come
+    out as ``{}``: the arguments are the text the stream sent, as on the OpenAI API."""
+    server.script(
+        MODEL[api], Reply(calls=[Call("search", {"q": "x"}), Call("final_reply", '{"text": "half')])
+    )
+
+    async with provider_for(api, server) as provider:
+        response = await provider.complete(MODEL[api], HELLO, timeout=10, on_delta=lambda _: None)
+
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("search", '{"q": "x"}'),
+        ("final_reply", '{"text": "half'),
+    ]
+
+
+@both_apis
 async def test_a_tool_call_nested_1000_deep_is_refused_to_the_model_even_without_a_delta_sink(
     api: str, server: Server
 ) -> None:

@@ -134,18 +134,27 @@ def _tool_input(call: ToolCall) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def anthropic_response(message: AnthropicMessage) -> ModelResponse:
+def anthropic_response(
+    message: AnthropicMessage, streamed: dict[int, str] | None = None
+) -> ModelResponse:
+    """``streamed``: each tool_use block's input as the stream sent it, by block index. The
+    SDK's partial-JSON reading of a stream turns a cut-off input (``{"text": "half``) into
+    ``{}``; the text as sent lets the repair ladder tell the model what was wrong with it."""
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in message.content:
+    for index, block in enumerate(message.content):
         if block.type == "text":
             texts.append(block.text)
         elif block.type == "tool_use":
             # A str input is what a malformed-arguments answer looks like: keep it as is, so
             # the repair ladder sees exactly what the model sent.
             raw = block.input
+            sent = (streamed or {}).get(index, "")
             try:
-                arguments = raw if isinstance(raw, str) else json.dumps(raw)
+                if sent.strip():
+                    arguments = sent
+                else:
+                    arguments = raw if isinstance(raw, str) else json.dumps(raw)
             except RecursionError:  # parsed, yet too deep to write back: the model is told
                 arguments = json.dumps({REFUSED: "the arguments are nested too deeply to read"})
             calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
@@ -203,6 +212,7 @@ class AnthropicMessagesProvider:
             else:
                 return anthropic_response(message)
         names: dict[int, str] = {}  # the tool_use blocks' names, by block index
+        sent: dict[int, str] = {}  # their inputs as sent, by block index
         # The SDK's timeout bounds each read; the whole answer gets the call's timeout too.
         async with (
             asyncio.timeout(timeout),
@@ -215,18 +225,23 @@ class AnthropicMessagesProvider:
                         and event.content_block.type == "tool_use"
                     ):
                         names[event.index] = event.content_block.name
-                    elif event.type == "content_block_delta" and on_delta is not None:
-                        if event.delta.type == "text_delta" and event.delta.text:
-                            on_delta(Delta(event.delta.text))
-                        elif event.delta.type == "input_json_delta" and event.delta.partial_json:
+                    elif event.type == "content_block_delta":
+                        delta = event.delta
+                        if delta.type == "input_json_delta" and delta.partial_json:
+                            sent[event.index] = sent.get(event.index, "") + delta.partial_json
+                        if on_delta is None:
+                            continue
+                        if delta.type == "text_delta" and delta.text:
+                            on_delta(Delta(delta.text))
+                        elif delta.type == "input_json_delta" and delta.partial_json:
                             name = names.get(event.index, "")
-                            on_delta(Delta(event.delta.partial_json, name, event.index))
+                            on_delta(Delta(delta.partial_json, name, event.index))
             except ValueError as error:
                 if UNREADABLE_INPUT not in str(error):
                     raise
                 return unreadable_input(stream.current_message_snapshot, error)
             message = await stream.get_final_message()
-        return anthropic_response(message)
+        return anthropic_response(message, sent)
 
 
 UNREADABLE_INPUT = "Unable to parse tool parameter JSON"
