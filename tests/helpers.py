@@ -12,8 +12,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from errands.adapters.scripted import Call, Reply
 from errands.agent.prompts import SUMMARY_INSTRUCTIONS
@@ -43,6 +46,34 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {what}; it never came")
         await asyncio.sleep(interval)
+
+
+async def wait_for_pollers(
+    client: Client,
+    queue: str,
+    count: int,
+    *,
+    kind: TaskQueueType.ValueType = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    timeout: float = 60,
+) -> None:
+    """Until ``count`` distinct workers poll ``queue`` (for workflow tasks, or ``kind``), so
+    none of them takes a whole burst while another is still starting up."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=queue), task_queue_type=kind
+    )
+
+    async def polling() -> bool:
+        try:
+            described = await client.workflow_service.describe_task_queue(request)
+        except RPCError as err:
+            # The server answers "operation was canceled" while it is still loading a queue
+            # that was just created; that is "not yet", not a failure.
+            if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE):
+                return False
+            raise
+        return len({p.identity for p in described.pollers}) >= count
+
+    await eventually(polling, f"{count} workers polling {queue}", timeout=timeout, interval=0.2)
 
 
 # -- scripted replies: what the model answers, in errands' control and work tools ----------------

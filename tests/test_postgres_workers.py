@@ -7,43 +7,16 @@ import asyncio
 import uuid
 from collections import Counter
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import open_store
 from tests.conftest import kill_worker, spawn_worker, worker_env
-from tests.helpers import eventually, start_task
+from tests.helpers import start_task, wait_for_pollers
 from tests.test_store import pg_admin, pg_url_in
 
 TASKS = 50
-
-
-async def wait_for_pollers(client: Client, queue: str, count: int, timeout: float = 60) -> None:
-    """Until ``count`` distinct workers poll ``queue`` for workflow tasks, so none of them can
-    take the whole burst while another is still starting up."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-
-    async def polling() -> bool:
-        try:
-            described = await client.workflow_service.describe_task_queue(request)
-        except RPCError as err:
-            # The server answers "operation was canceled" while it is still loading a queue
-            # that was just created; that is "not yet", not a failure.
-            if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE):
-                return False
-            raise
-        return len({p.identity for p in described.pollers}) >= count
-
-    await eventually(polling, f"{count} workers polling {queue}", timeout=timeout, interval=0.2)
 
 
 def two_branches_then_reply(request: RecordedRequest) -> Reply:

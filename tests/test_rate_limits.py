@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -37,6 +38,7 @@ from tests.helpers import (
     general,
     history_events,
     start_task,
+    wait_for_pollers,
 )
 
 MODEL = "openai:gpt-limited"
@@ -248,6 +250,8 @@ async def test_two_workers_on_a_rate_limited_model_queue_hold_the_rate_together(
     try:
         async with build_worker(client, own, store=store, router=routers[0]):
             async with model_workers[0], model_workers[1]:
+                activity = TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+                await wait_for_pollers(client, model_queue, 2, kind=activity)
                 started = time.monotonic()
                 handle = await start_task(
                     client,
