@@ -13,6 +13,11 @@ from errands.settings._parse import LOG_LEVELS, SECONDS, accepts
 
 GROUPS = {
     "temporal_address": ("Where things are", ""),
+    "temporal_config_file": (
+        "A secured cluster, encryption and versions",
+        "The connection is read by `temporalio.envconfig`: flags, then these variables, then the "
+        "`temporal.toml` profile, then the embedded dev server ([operations.md](operations.md)).",
+    ),
     "model": ("Models, their keys, and what agents may use", ""),
     "step_budget": (
         "A task's constants",
@@ -29,6 +34,17 @@ GROUPS = {
 ACCEPTS = {
     "temporal_address": "`host:port`",
     "data_dir": "a directory",
+    "temporal_config_file": "a file",
+    "temporal_profile": "a profile name",
+    "temporal_tls_client_cert_path": "a PEM file",
+    "temporal_tls_client_key_path": "a PEM file",
+    "temporal_tls_server_ca_cert_path": "a PEM file",
+    "temporal_tls_server_name": "a host name",
+    "encryption_keys": "`id=BASE64`, comma-separated",
+    "encryption_keys_file": "a file",
+    "codec_cors_origins": "origins (`https://host[:port]`), comma-separated",
+    "deployment_name": "a name",
+    "build_id": "a build id",
     "database_url": "`sqlite:///path.db`, a file path, or `postgresql://…`",
     "model": "`provider:model` or `demo`",
     "fallback_model": "`provider:model` or `demo`",
@@ -83,7 +99,7 @@ def render_configuration() -> str:
 def _accepted(name: str, info: FieldInfo) -> str:
     if SECONDS in info.metadata:
         return "a duration"
-    if info.annotation is bool:
+    if info.annotation in (bool, bool | None):
         return "`true` or `false`"
     if name in ACCEPTS:
         return ACCEPTS[name]

@@ -72,6 +72,61 @@ class Settings(BaseSettings):
     Unset: the embedded dev server's UI (``http://127.0.0.1:<ERRANDS_DEV_UI_PORT>``) when
     ``TEMPORAL_ADDRESS`` is unset, else no link."""
 
+    # -- a secured cluster: read through temporalio.envconfig (docs/operations.md) -----------
+
+    temporal_config_file: Path | None = Field(default=None, alias="TEMPORAL_CONFIG_FILE")
+    """The ``temporal.toml`` whose profile gives the connection (Temporal's own format).
+
+    Unset: Temporal's default file (``~/.config/temporalio/temporal.toml``) if it exists."""
+    temporal_profile: str | None = Field(default=None, alias="TEMPORAL_PROFILE")
+    """The profile of that file to use; unset: ``default``."""
+    temporal_api_key: SecretStr | None = Field(default=None, alias="TEMPORAL_API_KEY")
+    """API key sent to Temporal (Temporal Cloud, or a proxy that checks one); turns TLS on."""
+    temporal_tls: bool | None = Field(default=None, alias="TEMPORAL_TLS")
+    """Reach Temporal over TLS (``true``/``false``).
+
+    Unset: on when an API key or any TLS file is given, else off."""
+    temporal_tls_client_cert_path: Path | None = Field(
+        default=None, alias="TEMPORAL_TLS_CLIENT_CERT_PATH"
+    )
+    """The client certificate (PEM) for mTLS; needs TEMPORAL_TLS_CLIENT_KEY_PATH."""
+    temporal_tls_client_key_path: Path | None = Field(
+        default=None, alias="TEMPORAL_TLS_CLIENT_KEY_PATH"
+    )
+    """The client certificate's private key (PEM)."""
+    temporal_tls_server_ca_cert_path: Path | None = Field(
+        default=None, alias="TEMPORAL_TLS_SERVER_CA_CERT_PATH"
+    )
+    """The CA (PEM) that signed the server's certificate; unset: the system's roots."""
+    temporal_tls_server_name: str | None = Field(default=None, alias="TEMPORAL_TLS_SERVER_NAME")
+    """The name the server's certificate must carry, when it differs from the address's host."""
+
+    # -- what users write is theirs (DESIGN invariant 12) -----------------------------------
+
+    encryption_keys: SecretStr | None = Field(default=None, alias="ERRANDS_ENCRYPTION_KEYS")
+    """AES-256 keys that encrypt every payload errands writes to Temporal, as ``id=BASE64,…``.
+
+    The first encrypts; every one listed decrypts, so a new key goes first and an old one stays
+    until no task needs it. Each key is 32 random bytes in base64: ``python -c "import base64,
+    os; print(base64.b64encode(os.urandom(32)).decode())"``. Unset: payloads are not
+    encrypted."""
+    encryption_keys_file: Path | None = Field(default=None, alias="ERRANDS_ENCRYPTION_KEYS_FILE")
+    """A file holding the keys in the same form (a mounted secret); instead of the variable."""
+    codec_cors_origins: str | None = Field(default=None, alias="ERRANDS_CODEC_CORS_ORIGINS")
+    """Origins of the Temporal UI allowed to call ``errands codec-server``, comma-separated.
+
+    Unset: the Temporal UI errands links (ERRANDS_TEMPORAL_UI_URL, or the embedded one)."""
+
+    # -- versioned upgrades (docs/operations.md "Releasing a new version") -------------------
+
+    deployment_name: str | None = Field(default=None, alias="ERRANDS_DEPLOYMENT_NAME")
+    """The worker deployment workers belong to (Temporal Worker Versioning).
+
+    Set with ERRANDS_BUILD_ID: tasks stay on the version that started them and move to a new
+    current version between rounds. Unset: workers are unversioned."""
+    build_id: str | None = Field(default=None, alias="ERRANDS_BUILD_ID")
+    """This worker's build within ERRANDS_DEPLOYMENT_NAME, e.g. a release or a commit."""
+
     # -- models and their credentials --------------------------------------------------------
 
     model: str | None = Field(default=None, alias="ERRANDS_MODEL")

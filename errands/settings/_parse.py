@@ -121,7 +121,13 @@ def accepts(info: FieldInfo) -> str:
     return ""
 
 
-SECRETS = {"openai_api_key", "anthropic_api_key", "api_token"}
+SECRETS = {
+    "openai_api_key",
+    "anthropic_api_key",
+    "api_token",
+    "temporal_api_key",
+    "encryption_keys",
+}
 """Fields never shown: the report masks them, a refusal leaves out what was given."""
 URLS = {"database_url", "openai_base_url", "anthropic_base_url", "temporal_ui_url"}
 """Fields whose value is shown through ``masked_url``: its password and query secrets hidden."""
