@@ -8,9 +8,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, HttpUrl, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    HttpUrl,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
 from errands.agent.model_catalog import model_catalog
 from errands.agent.pricing import price_table
@@ -301,6 +309,32 @@ class Settings(BaseSettings):
                 "[::1]:7233 (port 1-65535)"
             )
         return value
+
+    @field_validator("encryption_keys")
+    @classmethod
+    def _encryption_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_keys(value.get_secret_value())  # its ValueError shows no key
+        return value
+
+    @field_validator("deployment_name", "build_id")
+    @classmethod
+    def _version_part(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+            raise ValueError(
+                "give 1 to 100 letters, digits, '.', '_' or '-' starting with a letter or digit "
+                "(no ':' or '/'), e.g. errands or 2026-12-02.1"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _version_whole(self) -> Settings:
+        if (self.deployment_name is None) != (self.build_id is None):
+            raise ValueError(
+                "ERRANDS_DEPLOYMENT_NAME and ERRANDS_BUILD_ID go together: set both (a "
+                "versioned worker) or neither (an unversioned one)"
+            )
+        return self
 
     _api_token = field_validator("api_token")(check_api_token)
     _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)

@@ -14,6 +14,7 @@ from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
+from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.validation import MODEL_PROVIDERS, check_model_spec
 from errands.contracts.urls import masked_url
@@ -138,6 +139,10 @@ def shown_value(name: str, value: Any) -> Any:
     JSON-able."""
     if isinstance(value, SecretStr):
         value = value.get_secret_value()
+    if name == "encryption_keys" and value is not None:
+        # The ids say which key encrypts and which decrypt; no part of a key is shown.
+        ids = list(parse_keys(value))
+        return {"encrypts": ids[0], "keys": ids}
     if name in SECRETS and value is not None:
         return f"****{value[-4:]}" if len(str(value)) >= 16 else "set"
     if name == "mcp_servers" and value is not None:

@@ -76,7 +76,10 @@ def _check_encoding() -> None:
 
 
 def _problem(detail: ErrorDetails) -> tuple[str, str]:
-    key = str(detail["loc"][0]) if detail["loc"] else "settings"
+    if not detail["loc"]:  # a rule over several settings: its message names them
+        reason = _reason(detail)
+        return reason.split(" ", 1)[0], reason
+    key = str(detail["loc"][0])
     name = _FIELD_OF.get(key, key)
     info = Settings.model_fields.get(name)
     variable = (info.alias if info else None) or key

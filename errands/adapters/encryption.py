@@ -1,0 +1,229 @@
+"""What users write is theirs (DESIGN invariant 12): every payload errands writes to Temporal is
+encrypted with AES-256-GCM when ``ERRANDS_ENCRYPTION_KEYS`` (or ``_FILE``) holds keys.
+
+The first key encrypts; its id travels in the payload's metadata, so every key listed decrypts
+what it encrypted and keys rotate by putting a new one first. A payload that is not encrypted
+(written before encryption was turned on) is read as it is. Failures' messages and stack traces
+go into an encoded payload too, so they are encrypted with the rest.
+
+Search attributes cannot be encrypted: the session a task belongs to is searched by a keyed digest
+of its id (``session_tags``), one per key, so a search still finds the tasks started under an
+older key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
+
+from errands.errors import ConfigError
+
+if TYPE_CHECKING:
+    from errands.settings import Settings
+
+ENCODING = b"binary/encrypted"
+"""The ``encoding`` of an encrypted payload (as in Temporal's samples, so tools recognise it)."""
+KEY_ID = "encryption-key-id"
+"""The metadata entry naming the key that encrypted a payload."""
+KEY_BYTES = 32
+NONCE_BYTES = 12
+KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+SESSION_TAG_CONTEXT = b"errands: the ErrandsSession search attribute"
+
+
+def parse_keys(text: str) -> dict[str, bytes]:
+    """The keys in ``text``, first (the encrypting one) first: ``id=BASE64`` comma- or
+    newline-separated, or a JSON object of id to base64. ``ValueError`` says what is wrong
+    without showing a key."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            pairs = list(json.loads(text).items())
+        except (ValueError, AttributeError):
+            raise ValueError("it is not a JSON object of key id to base64 key") from None
+    else:
+        pairs = []
+        for n, item in enumerate(filter(None, (i.strip() for i in re.split(r"[,\n]", text))), 1):
+            key_id, sep, encoded = item.partition("=")
+            if not sep:
+                raise ValueError(f"entry {n} has no '='; give id=BASE64, comma-separated")
+            pairs.append((key_id.strip(), encoded.strip()))
+    if not pairs:
+        raise ValueError("it holds no key; give id=BASE64, comma-separated")
+    keys: dict[str, bytes] = {}
+    for key_id, encoded in pairs:
+        if not isinstance(key_id, str) or not KEY_ID_PATTERN.fullmatch(key_id):
+            raise ValueError(f"key id {key_id!r} is not 1 to 64 letters, digits, '.', '_' or '-'")
+        if key_id in keys:
+            raise ValueError(f"key id {key_id!r} is given twice")
+        try:
+            key = base64.b64decode(str(encoded), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(f"key {key_id!r} is not base64") from None
+        if len(key) != KEY_BYTES:
+            raise ValueError(
+                f"key {key_id!r} is {len(key)} bytes; an AES-256 key is {KEY_BYTES} random bytes "
+                '(python -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())")'
+            )
+        keys[key_id] = key
+    return keys
+
+
+def new_key() -> str:
+    """A fresh key in base64, as ``ERRANDS_ENCRYPTION_KEYS`` takes it."""
+    return base64.b64encode(os.urandom(KEY_BYTES)).decode()
+
+
+def configured_keys(settings: Settings) -> dict[str, bytes] | None:
+    """The keys the settings give (the variable, else the file), or None: no encryption."""
+    if settings.encryption_keys is not None:
+        source, text = "ERRANDS_ENCRYPTION_KEYS", settings.encryption_keys.get_secret_value()
+    elif settings.encryption_keys_file is not None:
+        source = f"ERRANDS_ENCRYPTION_KEYS_FILE ({settings.encryption_keys_file})"
+        try:
+            text = settings.encryption_keys_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) else "it is not UTF-8 text"
+            raise ConfigError(
+                f"{source} cannot be read: {reason}; give a readable file of id=BASE64 keys",
+                setting="ERRANDS_ENCRYPTION_KEYS_FILE",
+            ) from None
+    else:
+        return None
+    try:
+        return parse_keys(text)
+    except ValueError as error:
+        raise ConfigError(
+            f"{source} is wrong: {error}", setting="ERRANDS_ENCRYPTION_KEYS"
+        ) from None
+
+
+class AesGcmCodec(PayloadCodec):
+    """AES-256-GCM over whole payloads (metadata included): the first key encrypts, every key
+    decrypts what names it; payloads that are not encrypted pass through."""
+
+    def __init__(self, keys: Mapping[str, bytes]) -> None:
+        if not keys:
+            raise ValueError("an encryption codec needs at least one key")
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self.key_id = next(iter(keys))
+        """The id of the key that encrypts."""
+        self._cipher = self._ciphers[self.key_id]
+        self._key_id_bytes = self.key_id.encode()
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.encrypt(p) for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.decrypt(p) for p in payloads]
+
+    def encrypt(self, payload: Payload) -> Payload:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._cipher.encrypt(nonce, payload.SerializeToString(), self._key_id_bytes)
+        return Payload(
+            metadata={"encoding": ENCODING, KEY_ID: self._key_id_bytes}, data=nonce + sealed
+        )
+
+    def decrypt(self, payload: Payload) -> Payload:
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload  # written before encryption was on
+        key_id = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise ValueError(
+                f"a payload is encrypted with key {key_id!r}, which the configured keys "
+                f"({', '.join(self._ciphers)}) do not hold; add it back to "
+                "ERRANDS_ENCRYPTION_KEYS (after the first) to read it"
+            )
+        data = payload.data
+        try:
+            plain = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], key_id.encode())
+        except InvalidTag:
+            raise ValueError(
+                f"a payload encrypted with key {key_id!r} does not decrypt with the key of that "
+                "id: the key was changed under the same id, or the payload was altered"
+            ) from None
+        decoded = Payload()
+        decoded.ParseFromString(plain)
+        return decoded
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """The converter of every client errands builds: pydantic payloads, and, with keys
+    configured, the encryption codec and failures whose messages are encrypted too."""
+    keys = configured_keys(settings)
+    if keys is None:
+        return pydantic_data_converter
+    return encrypted(pydantic_data_converter, keys)
+
+
+def encrypted(converter: DataConverter, keys: Mapping[str, bytes]) -> DataConverter:
+    """``converter`` with the encryption codec and encoded failure attributes."""
+    return replace(
+        converter,
+        payload_codec=AesGcmCodec(keys),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+@dataclass(frozen=True)
+class SessionTags:
+    """How a session id is written into (and searched in) the ``ErrandsSession`` attribute."""
+
+    keys: Mapping[str, bytes] | None
+
+    def written(self, session_id: str) -> str:
+        """The value a new task carries: the id itself, or its digest under the first key."""
+        if not self.keys:
+            return session_id
+        key_id, key = next(iter(self.keys.items()))
+        return _tag(key_id, key, session_id)
+
+    def searched(self, session_id: str) -> list[str]:
+        """Every value a task of the session may carry (one per key: keys rotate)."""
+        if not self.keys:
+            return [session_id]
+        return [_tag(key_id, key, session_id) for key_id, key in self.keys.items()]
+
+
+def _tag(key_id: str, key: bytes, session_id: str) -> str:
+    # A key of its own for the digest (derived), so the AES key is used for one purpose only.
+    derived = hmac.new(key, SESSION_TAG_CONTEXT, hashlib.sha256).digest()
+    digest = hmac.new(derived, session_id.encode(), hashlib.sha256).hexdigest()
+    return f"{key_id}:{digest[:32]}"
+
+
+def session_tags(settings: Settings) -> SessionTags:
+    return SessionTags(configured_keys(settings))
+
+
+__all__ = [
+    "ENCODING",
+    "KEY_ID",
+    "AesGcmCodec",
+    "SessionTags",
+    "configured_keys",
+    "data_converter",
+    "encrypted",
+    "new_key",
+    "parse_keys",
+    "session_tags",
+]
