@@ -1,4 +1,4 @@
-"""``python -m bench [B1 … B7] [--smoke]``: run benchmarks, save their results, write the doc.
+"""``python -m bench [B1 B1e … B7] [--smoke]``: run benchmarks, save their results, write the doc.
 
 With no names every benchmark runs at full size. ``--smoke`` runs them at the tiny sizes the
 smoke test uses and prints the results without saving anything.
@@ -17,6 +17,7 @@ from typing import Any
 
 from bench import (
     b1_overhead,
+    b1e_encryption,
     b2_throughput,
     b3_history,
     b4_fanout,
@@ -29,6 +30,7 @@ from bench._report import DOC, load_results, machine, now, render, save_results
 
 BENCHMARKS: dict[str, ModuleType] = {
     "B1": b1_overhead,
+    "B1E": b1e_encryption,
     "B2": b2_throughput,
     "B3": b3_history,
     "B4": b4_fanout,
@@ -80,7 +82,7 @@ async def run_one(key: str, smoke: bool) -> dict[str, Any]:
 
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("names", nargs="*", metavar="B1..B7", help="benchmarks to run (all)")
+    parser.add_argument("names", nargs="*", metavar="B1..B7, B1e", help="benchmarks to run (all)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; save nothing")
     args = parser.parse_args(argv)
     names = [n.upper() for n in args.names] or list(BENCHMARKS)

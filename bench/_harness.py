@@ -128,14 +128,20 @@ class Stack:
         return f"http://127.0.0.1:{port}/mcp"
 
     async def worker(
-        self, settings: Settings, store: SessionStore | None = None, **options: Any
+        self,
+        settings: Settings,
+        store: SessionStore | None = None,
+        client: Client | None = None,
+        **options: Any,
     ) -> Worker:
-        """An in-process errands worker (on the stack's store, unless given another), running
-        until the benchmark's stack closes."""
+        """An in-process errands worker (on the stack's store and client, unless given others),
+        running until the benchmark's stack closes."""
         router = ModelRouter(settings)
         self._exit.push_async_callback(router.aclose)
         store = store if store is not None else self.store
-        worker = build_worker(self.client, settings, store=store, router=router, **options)
+        worker = build_worker(
+            client or self.client, settings, store=store, router=router, **options
+        )
         await self._exit.enter_async_context(worker)
         return worker
 
@@ -203,10 +209,13 @@ class Stack:
         text: str = "Compare three ways to run this service and recommend one.",
         session_id: str | None = None,
         round_settings: RoundSettings | None = None,
+        client: Client | None = None,
     ) -> WorkflowHandle[Any, TaskResult]:
+        """Start a task through the stack's client, or ``client`` (one with another data
+        converter: the encryption benchmark's)."""
         session = session_id or f"s-{uuid.uuid4().hex[:10]}"
         task_id = f"task-{session}-{uuid.uuid4().hex[:6]}"
-        return await self.client.start_workflow(
+        return await (client or self.client).start_workflow(
             "TaskWorkflow",
             TaskInput(
                 task_id=task_id,

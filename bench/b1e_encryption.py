@@ -1,0 +1,199 @@
+"""B1e: what payload encryption costs a task. B1's errands task (2 rounds, 3 branches) on two
+workers of the same process and server: one whose client and worker carry the AES-GCM codec
+(``ERRANDS_ENCRYPTION_KEYS`` set, ``errands.adapters.encryption.data_converter``), one without.
+
+Tasks alternate, encrypted then plain then plain then encrypted, so drift in the machine's load
+and any ordering effect hit both alike; each is measured from the ``start_workflow`` call to its
+result. The encrypted tasks' histories are checked to hold encrypted payloads (and not the
+task's text), and the codec's own CPU time for one task's payloads is measured apart, so a gap
+can be told from noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+from pydantic import SecretStr
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+
+from bench._harness import Stack, stack_for
+from bench._measure import summary_ms
+from bench._model import model_name
+from errands.adapters.encryption import (
+    ENCODING,
+    AesGcmCodec,
+    configured_keys,
+    data_converter,
+    new_key,
+)
+
+TITLE = "B1e · payload encryption on against off"
+FULL = {"tasks": 60, "warmup": 3}
+SMOKE = {"tasks": 1, "warmup": 0}
+TARGET = 1.05
+MODEL = model_name(1, 3)
+TEXT = "Compare three ways to run this service and recommend one."
+CODEC_REPEATS = 200
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every ``Payload`` inside a protobuf message (a history event), maps and lists included."""
+    for field, value in message.ListFields():
+        kind = field.message_type
+        if field.type != FieldDescriptor.TYPE_MESSAGE or kind is None:
+            continue
+        if kind.GetOptions().map_entry:
+            if kind.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
+                continue
+            items = list(value.values())
+        elif field.is_repeated:
+            items = list(value)
+        else:
+            items = [value]
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            else:
+                yield from payloads_in(item)
+
+
+async def task_payloads(client: Client, workflow_id: str) -> tuple[list[Payload], bytes]:
+    """The raw payloads of a task's history and its children's, and those histories' bytes."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    found: list[Payload] = []
+    raw = history.to_json().encode()
+    children: list[str] = []
+    for event in history.events:
+        found += payloads_in(event)
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            children.append(
+                event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+            )
+    for child in children:
+        more, more_raw = await task_payloads(client, child)
+        found += more
+        raw += more_raw
+    return found, raw
+
+
+async def codec_ms_per_task(codec: AesGcmCodec, sealed: list[Payload]) -> float:
+    """CPU milliseconds one task's payloads cost the codec: each decrypted once and encrypted
+    once, as the worker and the client do between them (a median of repeated timings)."""
+    plain = await codec.decode(sealed)
+    spans = []
+    for _ in range(CODEC_REPEATS):
+        began = time.process_time()
+        await codec.encode(plain)
+        await codec.decode(sealed)
+        spans.append(time.process_time() - began)
+    return statistics.median(spans) * 1000
+
+
+async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, Any]:
+    async with stack_for("b1e", stack) as stack:
+        plain = stack.settings()
+        keyed = stack.settings().model_copy(
+            update={"encryption_keys": SecretStr(f"bench={new_key()}")}
+        )
+        keys = configured_keys(keyed)
+        assert keys is not None
+        sealed_client = await Client.connect(
+            stack.server.address, data_converter=data_converter(keyed)
+        )
+        await stack.worker(plain)
+        await stack.worker(keyed, client=sealed_client)
+        jobs = {
+            "on": lambda: stack.run_task(keyed, MODEL, text=TEXT, client=sealed_client),
+            "off": lambda: stack.run_task(plain, MODEL, text=TEXT),
+        }
+        for _ in range(warmup):
+            for job in jobs.values():
+                await job()
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        ids: dict[str, list[str]] = {"on": [], "off": []}
+        for n in range(tasks):
+            # on, off, off, on, …: neither kind always runs right after the other.
+            for kind in ("on", "off") if n % 2 == 0 else ("off", "on"):
+                elapsed, workflow_id = await jobs[kind]()
+                times[kind].append(elapsed)
+                ids[kind].append(workflow_id)
+
+        payloads, raw = await task_payloads(stack.client, ids["on"][0])
+        sealed = [p for p in payloads if p.metadata.get("encoding") == ENCODING]
+        codec_ms = await codec_ms_per_task(AesGcmCodec(keys), sealed)
+        plain_payloads, _ = await task_payloads(stack.client, ids["off"][0])
+
+    on, off = statistics.median(times["on"]), statistics.median(times["off"])
+    return {
+        "shape": "B1's errands task: round 0 delegates 3 branches, round 1 replies",
+        "latency": {kind: summary_ms(values) for kind, values in times.items()},
+        "ratio_on_to_off": round(on / off, 3),
+        "ratio_of_minimums": round(min(times["on"]) / min(times["off"]), 3),
+        "payloads_per_task": len(payloads),
+        "payloads_encrypted_per_task": len(sealed),
+        "payloads_not_encrypted": sorted(
+            {
+                p.metadata.get("encoding", b"").decode()
+                for p in payloads
+                if p.metadata.get("encoding") != ENCODING
+            }
+        ),
+        "payload_bytes_per_task": {
+            "on": sum(p.ByteSize() for p in payloads),
+            "off": sum(p.ByteSize() for p in plain_payloads),
+        },
+        "task_text_in_raw_history": TEXT.encode() in raw,
+        "codec_cpu_ms_per_task": round(codec_ms, 2),
+        "target": f"ratio on / off <= {TARGET}",
+    }
+
+
+def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
+    lat = result["latency"]
+    figure = (
+        f"{result['ratio_on_to_off']}× with encryption on ({lat['on']['median_ms']:.0f} vs "
+        f"{lat['off']['median_ms']:.0f} ms median); the codec's own CPU "
+        f"{result['codec_cpu_ms_per_task']} ms a task"
+    )
+    return figure, f"≤ {TARGET}×", result["ratio_on_to_off"] <= TARGET
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lat = result["latency"]
+    lines = [
+        f"Shape: {result['shape']}.",
+        "",
+        "| encryption | median ms | p95 ms | min ms | max ms | n |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in ("on", "off"):
+        s = lat[kind]
+        lines.append(
+            f"| {kind} | {s['median_ms']} | {s['p95_ms']} | {s['min_ms']} | {s['max_ms']} | "
+            f"{s['n']} |"
+        )
+    size = result["payload_bytes_per_task"]
+    text_seen = "**yes**" if result["task_text_in_raw_history"] else "no"
+    others = ", ".join(f"`{e}`" for e in result["payloads_not_encrypted"]) or "none"
+    lines += [
+        "",
+        f"**Ratio (median on / median off): {result['ratio_on_to_off']}** (target ≤ {TARGET}); "
+        f"of the fastest runs {result['ratio_of_minimums']}.",
+        "",
+        f"An encrypted task's histories (the task and its branches) hold "
+        f"{result['payloads_per_task']} payloads, {result['payloads_encrypted_per_task']} of "
+        f"them encrypted; the others are search attributes, which cannot be (encodings: "
+        f"{others}). Payload bytes a task: {size['on']:,} encrypted, {size['off']:,} plain. The "
+        f"task's text in the raw histories: {text_seen}.",
+        "",
+        f"The codec's own CPU for one task's payloads (each encrypted once and decrypted once, "
+        f"AES-256-GCM): {result['codec_cpu_ms_per_task']} ms, against the "
+        f"{lat['off']['median_ms']} ms the task takes.",
+    ]
+    return "\n".join(lines)
