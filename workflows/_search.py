@@ -14,12 +14,18 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.search import COST, ROUND, SESSION, STATE, WAITING
 
 
+def session_value(session_id: str) -> str:
+    """What this task's ``ErrandsSession`` holds: the value its starter set (the session id, or
+    its digest when payloads are encrypted: the workflow has no key to make one), else the id."""
+    return workflow.info().typed_search_attributes.get(SESSION) or session_id
+
+
 class Publisher:
     """Upserts only what changed: one small history event per change, none per query."""
 
     def __init__(self, enabled: bool, session_id: str = "") -> None:
         self._enabled = enabled
-        self._session_id = session_id
+        self._session_value = session_value(session_id) if enabled and session_id else ""
         self._last: dict[str, object] = {}
 
     def publish(self, *, state: str, round_: int, cost: float | None = None) -> None:
@@ -32,9 +38,9 @@ class Publisher:
         }
         if cost is not None:
             wanted[COST.name] = cost
-        if self._session_id:
+        if self._session_value:
             # Also set here for tasks a frontend started without the initial attributes.
-            wanted[SESSION.name] = self._session_id
+            wanted[SESSION.name] = self._session_value
         changed = {k: v for k, v in wanted.items() if self._last.get(k) != v}
         if not changed:
             return

@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.workflow import ParentClosePolicy
 
@@ -50,17 +51,26 @@ with workflow.unsafe.imports_passed_through():
     from workflows._loop import RoundLoop
     from workflows._options import store_call
     from workflows._patches import RunPatches
+    from workflows._search import session_value
     from workflows._side import answer_side_question
     from workflows._status import TaskStatus
     from workflows._waiting import PendingQuestion
+
+WAKE_SIGNAL = "wake_for_upgrade"
+"""The no-op signal ``errands upgrade`` sends (errands.client._upgrade names it too)."""
 
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
 """Deprecated patch (0.2.0): opening the task also prepares round 0, one store call instead of
 two."""
 
 
-@workflow.defn(name="TaskWorkflow")
+@workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class TaskWorkflow:
+    """Pinned on a versioned worker (``ERRANDS_DEPLOYMENT_NAME``): a run stays on the version
+    that started it and the task moves to a new one by continuing as new between rounds
+    (``RoundLoop``), so a change only the new version runs needs no ``patched`` fork. On an
+    unversioned worker the behavior is not used."""
+
     @workflow.init
     def __init__(self, data: TaskInput) -> None:
         # Set before any handler runs: a signal or update may arrive in a run's first task.
@@ -222,6 +232,14 @@ class TaskWorkflow:
                 f"in its session: errands run --session {self.data.session_id} TEXT"
             )
 
+    # -- upgrades: a task left on an old worker version is woken so it can move ---------------
+
+    @workflow.signal(name=WAKE_SIGNAL)
+    def wake_for_upgrade(self) -> None:
+        """Nothing to do: the signal's workflow task is the point. In it the run sees that a
+        newer worker version is current, and a task parked on a question moves at once (the
+        round loop moves any other at its next round boundary); ``errands upgrade`` sends it."""
+
     # -- side questions: answered beside the task, never touching it ---------------------------
 
     @workflow.update(name="ask_side_question")
@@ -310,7 +328,9 @@ class TaskWorkflow:
             ),
             id=next_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
-            search_attributes=initial(data.session_id) if data.search_attributes else None,
+            search_attributes=(
+                initial(session_value(data.session_id)) if data.search_attributes else None
+            ),
             static_summary=f"queued after {data.task_id}",
         )
         self.state.queued = []

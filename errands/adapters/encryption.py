@@ -123,6 +123,8 @@ class AesGcmCodec(PayloadCodec):
     def __init__(self, keys: Mapping[str, bytes]) -> None:
         if not keys:
             raise ValueError("an encryption codec needs at least one key")
+        self.keys: dict[str, bytes] = dict(keys)
+        """Every key, by id, the encrypting one first (two codecs with equal keys agree)."""
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self.key_id = next(iter(keys))
         """The id of the key that encrypts."""
@@ -166,6 +168,11 @@ class AesGcmCodec(PayloadCodec):
         return decoded
 
 
+def encrypting(settings: Settings) -> bool:
+    """Whether the settings give encryption keys (without reading a key file)."""
+    return settings.encryption_keys is not None or settings.encryption_keys_file is not None
+
+
 def data_converter(settings: Settings) -> DataConverter:
     """The converter of every client errands builds: pydantic payloads, and, with keys
     configured, the encryption codec and failures whose messages are encrypted too."""
@@ -198,10 +205,19 @@ class SessionTags:
         return _tag(key_id, key, session_id)
 
     def searched(self, session_id: str) -> list[str]:
-        """Every value a task of the session may carry (one per key: keys rotate)."""
+        """Every value a task of the session may carry: one digest per key (keys rotate), then
+        the id itself (tasks started before encryption was on). Only the visibility query the
+        client sends names the id; no history does."""
         if not self.keys:
             return [session_id]
-        return [_tag(key_id, key, session_id) for key_id, key in self.keys.items()]
+        return [*(_tag(key_id, key, session_id) for key_id, key in self.keys.items()), session_id]
+
+    def is_tag(self, value: str) -> bool:
+        """Whether ``value`` is a digest this errands writes, not a session id."""
+        key_id, sep, digest = value.rpartition(":")
+        return bool(
+            self.keys and sep and key_id in self.keys and re.fullmatch(r"[0-9a-f]{32}", digest)
+        )
 
 
 def _tag(key_id: str, key: bytes, session_id: str) -> str:
@@ -223,6 +239,7 @@ __all__ = [
     "configured_keys",
     "data_converter",
     "encrypted",
+    "encrypting",
     "new_key",
     "parse_keys",
     "session_tags",

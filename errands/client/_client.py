@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 from collections.abc import Sequence
@@ -18,12 +19,14 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
+from errands.adapters.encryption import SessionTags, encrypting, session_tags
 from errands.adapters.store import SessionStore, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
 from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
 from errands.client._refusals import refusal
+from errands.client._sessions import session_of, session_query, start_memo
 from errands.client._task_calls import TASK_WORKFLOW
 from errands.contracts import ids, limits, search
 from errands.contracts.messages import StoredMessage
@@ -61,8 +64,12 @@ async def connect(
         ) from None
 
 
-def new_task_id(session_id: str) -> str:
-    """Readable and unique: the task id is also the workflow id operators search for."""
+def new_task_id(session_id: str, *, private: bool = False) -> str:
+    """Readable and unique: the task id is also the workflow id operators search for.
+    ``private`` (payloads encrypted): the session id, which a user may have chosen, stays out
+    of it, as out of every id that derives from it."""
+    if private:
+        return f"task-{secrets.token_hex(RANDOM_BYTES)}"
     return f"task-{session_id}-{secrets.token_hex(RANDOM_BYTES)}"
 
 
@@ -120,7 +127,7 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
                 field="task_id",
             )
     return TaskInput(
-        task_id=task_id or new_task_id(session_id),
+        task_id=task_id or new_task_id(session_id, private=encrypting(settings)),
         session_id=session_id,
         text=text,
         model=primary,
@@ -199,6 +206,11 @@ class Client:
     def settings(self) -> Settings:
         return self._settings
 
+    @functools.cached_property
+    def session_tags(self) -> SessionTags:
+        """How this client writes and searches ``ErrandsSession`` (digests with encryption)."""
+        return session_tags(self._settings)
+
     @property
     def namespace(self) -> str:
         return self.temporal.namespace
@@ -230,8 +242,9 @@ class Client:
                 data,
                 id=data.task_id,
                 task_queue=self._settings.task_queue,
-                search_attributes=search.initial(data.session_id),
-                static_summary=text[:200],
+                search_attributes=search.initial(self.session_tags.written(data.session_id)),
+                memo=start_memo(self.session_tags, data.session_id),
+                static_summary=text[:200],  # encrypted with the payloads when keys are set
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             )
@@ -255,7 +268,7 @@ class Client:
         visibility (which lags a start by up to a second or so)."""
         query = f"WorkflowType = '{TASK_WORKFLOW}'"
         if session is not None:
-            query += f" AND {search.SESSION.name} = '{check_session_id(session)}'"
+            query += f" AND {session_query(self.session_tags, check_session_id(session))}"
         found = []
         try:
             async for execution in self.temporal.list_workflows(query, limit=limit):
@@ -275,7 +288,7 @@ class Client:
             summaries.append(
                 TaskSummary(
                     task_id=execution.id,
-                    session_id=execution.typed_search_attributes.get(search.SESSION),
+                    session_id=await session_of(self.temporal, execution, self.session_tags),
                     status=status,
                     started_at=execution.start_time.isoformat() if execution.start_time else None,
                     summary=text,

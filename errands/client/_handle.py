@@ -19,8 +19,9 @@ from temporalio.service import RPCError
 from errands.client._input import checked, checked_answers
 from errands.client._queued import ENDED, start_next
 from errands.client._refusals import innermost, kind_of, refusal
+from errands.client._sessions import session_of
 from errands.client._task_calls import TaskCalls
-from errands.contracts import limits, search
+from errands.contracts import limits
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
@@ -75,7 +76,7 @@ class TaskHandle(TaskCalls):
             running=description.status == WorkflowExecutionStatus.RUNNING,
             status=status,
             task_queue=description.task_queue,
-            session_id=description.typed_search_attributes.get(search.SESSION),
+            session_id=await session_of(self._temporal, description, self._client.session_tags),
         )
 
     async def status(self) -> TaskResult:

@@ -21,6 +21,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from errands.client._refusals import refusal
+from errands.client._sessions import start_memo
 from errands.client._task_calls import TASK_WORKFLOW
 from errands.contracts import ids, search
 from errands.contracts.workflows import MessageReceipt, TaskInput
@@ -49,7 +50,12 @@ async def start_next(
             data.model_copy(update={"task_id": next_id, "text": text, "carry": None, "queued": []}),
             id=next_id,
             task_queue=description.task_queue,
-            search_attributes=search.initial(data.session_id) if data.search_attributes else None,
+            search_attributes=(
+                search.initial(client.session_tags.written(data.session_id))
+                if data.search_attributes
+                else None
+            ),
+            memo=start_memo(client.session_tags, data.session_id),
             static_summary=f"queued after {task_id}",
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,

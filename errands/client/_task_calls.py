@@ -23,7 +23,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from errands.client._refusals import ending, innermost, no_worker, polled, refusal
-from errands.contracts import search
+from errands.client._sessions import session_of
 from errands.contracts.workflows import TaskError, TaskResult
 from errands.errors import AnswerRejected, Conflict, NoWorker, TaskEnded, TaskNotFound, Unavailable
 
@@ -219,7 +219,7 @@ class TaskCalls:
             status, kind, message = ending(error)
         except RPCError as error:
             raise refusal(error, self.task_id, self._client.namespace) from None
-        session_id = description.typed_search_attributes.get(search.SESSION)
+        session_id = await session_of(self._temporal, description, self._client.session_tags)
         last = TaskResult(
             task_id=self.task_id, session_id=session_id or self.session_id or "", status=status
         )

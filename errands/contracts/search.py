@@ -1,11 +1,16 @@
 """Typed search attributes: what operators filter on in the Temporal UI and in
 ``temporal workflow list --query``.
 
+With payload encryption on, ``ErrandsSession`` holds a keyed digest of the session id, never the
+id (``errands.adapters.encryption.SessionTags``): search with ``session_filter``.
+
 They must be registered on the namespace (``errands dev`` and the test servers do it; see deploy/
 for a cluster). A task started with ``search_attributes=False`` never touches them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
@@ -16,13 +21,28 @@ COST = SearchAttributeKey.for_float("ErrandsCost")
 SESSION = SearchAttributeKey.for_keyword("ErrandsSession")
 
 
-def initial(session_id: str) -> TypedSearchAttributes:
-    """Set by the frontend at start, so an unregistered attribute fails the start, not the task."""
+SESSION_MEMO = "errands_session"
+"""The memo entry holding a task's session id: a payload, so encrypted with the others, and read
+back where the search attribute holds only a digest."""
+
+
+def initial(session_value: str) -> TypedSearchAttributes:
+    """Set by the frontend at start, so an unregistered attribute fails the start, not the task.
+    ``session_value``: the session id, or its digest with encryption on."""
     return TypedSearchAttributes(
         [
             SearchAttributePair(STATE, "running"),
             SearchAttributePair(WAITING, False),
             SearchAttributePair(ROUND, 0),
-            SearchAttributePair(SESSION, session_id),
+            SearchAttributePair(SESSION, session_value),
         ]
     )
+
+
+def session_filter(values: Sequence[str]) -> str:
+    """The visibility query clause for tasks whose ``ErrandsSession`` is one of ``values``
+    (checked session ids or digests: no quote can be in them)."""
+    if len(values) == 1:
+        return f"{SESSION.name} = '{values[0]}'"
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"{SESSION.name} IN ({quoted})"
