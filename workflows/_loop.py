@@ -3,7 +3,10 @@ the model asks), then reply, or acknowledge and run the round's branches and go 
 
 ``RoundLoop`` acts on what the task shares with its handlers (``TaskState``, ``TaskStatus``, the
 pending question and approvals); the handlers steer it through ``interrupted``. A run grown long
-hands over to a fresh one, carrying only ``TaskState``.
+hands over to a fresh one, carrying only ``TaskState``; so does a run whose worker version is no
+longer the current one, onto the new version (upgrade on continue-as-new): between rounds, or
+at once while it waits on a question. A call waiting for approval stays until its verdict, and
+running branches until they end: the run moves at the round boundary after them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import workflow
+from temporalio.workflow import ContinueAsNewVersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
@@ -39,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         to_start,
     )
     from workflows._failures import Failure, settled
-    from workflows._options import run_is_long, store_call
+    from workflows._options import run_is_long, store_call, target_version_changed
     from workflows._patches import RunPatches
     from workflows._round import RoundDecider, Waiting
     from workflows._status import TaskStatus
@@ -290,15 +294,25 @@ class RoundLoop:
             continue_as_new=settings.continue_as_new,
             max_history_events=settings.max_history_events,
         )
-        if long or (due and settings.continue_as_new):
+        # An upgrade is not a matter of history length: it happens with continue-as-new off.
+        if long or (due and settings.continue_as_new) or target_version_changed():
             await self.continue_as_new()
 
     async def continue_as_new(self) -> NoReturn:
         """Hand over to a fresh run under the same workflow id: ids, counters, ledger and any
-        pending question travel; the transcript never does. Handlers in flight finish first."""
+        pending question travel; the transcript never does. Handlers in flight finish first.
+
+        The new run stays on this run's worker version, unless a newer one is current: then it
+        starts there (auto-upgrade for its first workflow task) and is pinned there from then on.
+        """
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._state.runs += 1
-        workflow.continue_as_new(self._data.model_copy(update={"carry": self._state}))
+        # Read after the handlers finished: the flag is the latest workflow task's.
+        upgrade = ContinueAsNewVersioningBehavior.AUTO_UPGRADE if target_version_changed() else None
+        workflow.continue_as_new(
+            self._data.model_copy(update={"carry": self._state}),
+            initial_versioning_behavior=upgrade,
+        )
 
     # -- endings ----------------------------------------------------------------------------
 

@@ -125,6 +125,13 @@ def raise_if_cancelled(error: BaseException) -> None:
         raise asyncio.CancelledError(str(error)) from error
 
 
+def target_version_changed() -> bool:
+    """Whether a newer worker deployment version than the one this run is pinned to is now the
+    task queue's target (always False on an unversioned worker). Read from the workflow task's
+    own record, so replay sees what the run saw."""
+    return workflow.info().is_target_worker_deployment_version_changed()
+
+
 def run_is_long(*, continue_as_new: bool, max_history_events: int) -> bool:
     """Whether this run should hand over to a fresh one: Temporal suggests it, or the history
     passed our own, far smaller, bound. Read from workflow info, so replay sees the same."""

@@ -2,6 +2,9 @@
 
 The branch's conversation is its own thread in the session store (keyed by this workflow's id),
 so nothing but counters crosses this workflow's history. A long step loop continues as new.
+
+On a versioned worker a branch is pinned to its task's version (a child on its parent's queue
+starts there) and stays on it, across its own continue-as-new too: it never moves mid-branch.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -50,7 +54,7 @@ ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
 last, instead of two activities of their own (``open_branch`` is gone with it)."""
 
 
-@workflow.defn(name="SubtaskWorkflow")
+@workflow.defn(name="SubtaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class SubtaskWorkflow:
     def __init__(self) -> None:
         self._verdicts = Verdicts()

@@ -2,8 +2,9 @@
 durable wait between them, bounded by the question's deadline.
 
 The answer's update and signal handlers live on the workflow class (Temporal needs them there);
-they go through ``PendingQuestion``. A run that grows too long while it waits hands over to a
-fresh one with the question still pending; this module decides when, the workflow does it.
+they go through ``PendingQuestion``. A run that grows too long while it waits, or that wakes to
+find a newer worker version current, hands over to a fresh one with the question still pending;
+this module decides when, the workflow does it.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ with workflow.unsafe.imports_passed_through():
     from errands.agent.asking import clean_answer, pending_view, validate_answer
     from errands.contracts.asking import Answer, QuestionSet
     from errands.contracts.workflows import AnswerReceipt, RoundSettings
-    from workflows._options import run_is_long
+    from workflows._options import run_is_long, target_version_changed
 
 
 class HandOver:
-    """The run grew too long while waiting: continue as new, the question still pending."""
+    """The run grew too long while waiting, or its worker version is no longer the current one:
+    continue as new (onto the current version), the question still pending."""
 
 
 class PendingQuestion:
@@ -59,7 +61,9 @@ class PendingQuestion:
         self, questions: QuestionSet, deadline: datetime, settings: RoundSettings
     ) -> Answer | None | HandOver:
         """The answer, or None when ``deadline`` passed first, or ``HandOver`` when the run grew
-        too long meanwhile (signals, updates): then the question stays pending for the next run."""
+        too long meanwhile (signals, updates) or woke to a newer current worker version (any
+        signal wakes it, ``wake_for_upgrade`` among them): then the question stays pending for
+        the next run."""
         if self.questions is None or self.questions.id != questions.id:
             # A new question. An answer already accepted for this one (say, in the first
             # moments of a run after a handover) is kept.
@@ -82,13 +86,16 @@ class PendingQuestion:
                 max_history_events=settings.max_history_events,
             )
 
+        def hand_over() -> bool:
+            return too_long() or target_version_changed()
+
         while self.answer is None:
             remaining = deadline - workflow.now()
             if remaining <= timedelta(0):
                 return None
             try:
                 await workflow.wait_condition(
-                    lambda: self.answer is not None or too_long(),
+                    lambda: self.answer is not None or hand_over(),
                     timeout=remaining,
                     timeout_summary="question timeout",
                 )
