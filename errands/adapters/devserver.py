@@ -98,8 +98,11 @@ class DevServer:
         db_file: str | None = None,
         namespace: str = "default",
         log_file: str | None = None,
+        ui_codec_endpoint: str | None = None,
     ) -> None:
         self.port = port
+        self.ui_codec_endpoint = ui_codec_endpoint
+        """A remote codec (``errands codec-server``) the UI decodes payloads with."""
         self.ui_port = ui_port
         self.db_file = db_file
         self.namespace = namespace
@@ -121,6 +124,8 @@ class DevServer:
             *_TUNING,
         ]  # fmt: skip
         cmd += ["--headless"] if self.ui_port is None else ["--ui-port", str(self.ui_port)]
+        if self.ui_port is not None and self.ui_codec_endpoint is not None:
+            cmd += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         if self.db_file is not None:
             db_file = str(Path(self.db_file).expanduser())
             cmd += ["--db-filename", db_file, *_SQLITE_PRAGMAS]

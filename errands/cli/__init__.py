@@ -15,6 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
+from errands.cli._codec import DEV_CODEC_PORT, codec_server
 from errands.cli._terminal import one_line
 from errands.contracts.limits import SEQ_MAX
 from errands.errors import ErrandsError, InvalidRequest, Stopped, TaskEnded, TaskFailed
@@ -204,6 +205,14 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=_port, default=None)
     dev.add_argument("--ui-port", type=_port, default=None)
     dev.add_argument("--data-dir", default=None)
+    dev.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="encrypt payloads with a key kept in the data dir, and run the codec server",
+    )
+    dev.add_argument(
+        "--codec-port", type=_port, default=DEV_CODEC_PORT, help="the codec server's port"
+    )
 
     serve = command("serve", commands.serve, "serve the HTTP gateway and the web page", json=False)
     serve.add_argument(
@@ -211,6 +220,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=_port, default=8080)
     serve.set_defaults(stops_by_signal=True)
+
+    codec = command(
+        "codec-server",
+        codec_server,
+        "decrypt payloads for the Temporal UI and CLI (ERRANDS_ENCRYPTION_KEYS)",
+        json=False,
+    )
+    codec.add_argument(
+        "--host", default="127.0.0.1", help="beyond loopback needs ERRANDS_API_TOKEN"
+    )
+    codec.add_argument("--port", type=_port, default=DEV_CODEC_PORT)
+    codec.set_defaults(stops_by_signal=True)
 
     command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
     return parser

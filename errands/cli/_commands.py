@@ -8,6 +8,7 @@ import asyncio
 import json
 
 from errands.adapters.store import open_store, sqlite_path
+from errands.cli._codec import dev_codec_server, dev_keys, key_source
 from errands.cli._follow import follow
 from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
@@ -274,13 +275,19 @@ async def dev(args: argparse.Namespace) -> int:
     settings = load_settings(
         ERRANDS_DEV_PORT=args.port, ERRANDS_DEV_UI_PORT=args.ui_port, ERRANDS_DATA_DIR=args.data_dir
     )
+    settings = dev_keys(settings, create=args.encrypt)
     store = open_store(settings.session_database_url())
     try:
-        async with dev_server(settings) as server:
+        async with (
+            dev_codec_server(settings, args.codec_port) as codec,
+            dev_server(settings, codec_endpoint=codec) as server,
+        ):
             temporal = await connect(server.address, settings.temporal_namespace)
             note(
                 f"errands dev: Temporal at {server.address}, UI at {server.ui_url}, worker running"
             )
+            if codec:
+                note(f"errands dev: payloads encrypted ({key_source(settings)}), codec at {codec}")
             async with running_workers(temporal, settings, store=store):
                 await asyncio.Event().wait()  # until the command is stopped
     finally:

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from errands.adapters.devserver import DevServer, port_open
 from errands.adapters.store import open_store
+from errands.cli._codec import dev_keys
 from errands.cli._output import note
 from errands.client import Client, connect
 from errands.errors import ConfigError, DevServerError
@@ -18,6 +19,8 @@ from errands.settings import Settings
 @asynccontextmanager
 async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[Client]:
     """A client, starting the embedded dev server and a worker when nothing is configured."""
+    if not settings.temporal_address:
+        settings = dev_keys(settings)  # the key `errands dev --encrypt` made, if it did
     if settings.temporal_address:
         temporal = await connect(settings.temporal_address, settings.temporal_namespace)
         async with Client(temporal, settings) as client:
@@ -49,15 +52,19 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
 
 
 @asynccontextmanager
-async def dev_server(settings: Settings) -> AsyncIterator[DevServer]:
+async def dev_server(
+    settings: Settings, *, codec_endpoint: str | None = None
+) -> AsyncIterator[DevServer]:
     """The embedded dev server for the block. It is stopped at the end, also when the command
-    is stopped while the server is still starting (in a thread that cancelling cannot stop)."""
+    is stopped while the server is still starting (in a thread that cancelling cannot stop).
+    ``codec_endpoint``: the codec server its UI decodes payloads with."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     server = DevServer(
         port=settings.dev_port,
         ui_port=settings.dev_ui_port,
         db_file=str((settings.data_dir / "temporal.db").resolve()),
         log_file=str((settings.data_dir / "temporal.log").resolve()),
+        ui_codec_endpoint=codec_endpoint,
     )
     starting = asyncio.ensure_future(asyncio.to_thread(server.start))
     try:

@@ -18,14 +18,21 @@ are slowed with 429); without one the gateway only binds to loopback. It answers
 address (or ``ERRANDS_ALLOWED_HOSTS``), takes changes only as ``application/json`` and never
 from another site's page, and sends the security headers on every response (``_guards``).
 Refusals are 4xx with ``{"detail": "<what to fix>"}``.
+
+``errands codec-server`` (``_codec``) is the Temporal UI's and CLI's remote codec: ``POST
+/encode`` and ``/decode`` with the keys, behind the same token.
 """
 
 from errands.gateway._app import create_app
 from errands.gateway._auth import is_loopback
+from errands.gateway._codec import codec_origins, codec_serving, create_codec_app
 from errands.gateway._serve import check_binding, serve, serving
 
 __all__ = [
     "check_binding",
+    "codec_origins",
+    "codec_serving",
+    "create_codec_app",
     "create_app",
     "is_loopback",
     "serve",
