@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from chaos._report import Outcome
@@ -167,10 +166,15 @@ async def audit_histories(
     outcome: Outcome,
     *,
     probed: set[str] | None = None,
+    sealed: tuple[str, ...] = (),
 ) -> None:
     """No key in any exported history, no workflow task failure of ours, every history
-    replays against the current workflow code. On the ``probed`` queues a key or a workflow
-    task failure is a probe's finding, counted by the probe itself; they still replay."""
+    replays against the current workflow code (with the client's converter, so encrypted
+    histories are decrypted as a worker would). On the ``probed`` queues a key or a workflow
+    task failure is a probe's finding, counted by the probe itself; they still replay.
+
+    ``sealed``: with encryption on, texts users and models wrote (the planned tasks' words)
+    that must not be readable in any exported history."""
     histories: list[WorkflowHistory] = []
     scanned = benign_total = 0
     for queue in queues:
@@ -183,11 +187,16 @@ async def audit_histories(
                 # The whole key, and its tail alone: providers that echo a key mask its start.
                 if secret in exported or secret[-12:] in exported:
                     outcome.lose("secrets in history", f"a provider key in {history.workflow_id}")
+            for text in sealed:
+                if text in exported:
+                    outcome.lose(
+                        "user text readable in history", f"{text!r} in {history.workflow_id}"
+                    )
             ours, benign, causes = task_failures(history)
             benign_total += benign
             if ours and queue not in (probed or set()):
                 outcome.lose("workflow task failures", f"{history.workflow_id}: {causes[0]}", ours)
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=client.data_converter)
     results = await replayer.replay_workflows(_each(histories), raise_on_replay_failure=False)
     by_run = {h.run_id: h.workflow_id for h in histories}
     for run_id, failure in results.replay_failures.items():
@@ -197,6 +206,10 @@ async def audit_histories(
     outcome.facts["histories exported and scanned for keys"] = len(histories)
     outcome.facts["bytes of history scanned"] = scanned
     outcome.facts["histories replayed"] = len(histories)
+    if sealed:
+        outcome.facts["texts looked for in the encrypted histories"] = ", ".join(
+            repr(t) for t in sealed
+        )
     outcome.facts["workflow task retries after server-side races (benign)"] = benign_total
 
 

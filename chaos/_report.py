@@ -33,6 +33,7 @@ LOSSES = (
     "stuck tasks",
     "property violations",
     "secrets in history",
+    "user text readable in history",
     "histories that do not replay",
     "wrong displays",
     "tool calls not as approved",
@@ -78,6 +79,8 @@ class Run:
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     outcomes: list[Outcome] = field(default_factory=list)
     seconds: float = 0.0
+    encrypted: bool = False
+    """Payload encryption was on (``--encrypt``)."""
 
     @property
     def lost(self) -> int:
@@ -187,6 +190,69 @@ def render(run: Run, versions: dict[str, str], findings: list[str]) -> str:
             *findings,
         ]
     return "\n".join(lines) + "\n"
+
+
+ENCRYPTED_HEADING = "## With payload encryption on"
+ENCRYPTED_BEFORE = "## What was counted as lost"
+
+
+def render_encrypted(run: Run, command: str) -> str:
+    """The note's section for a run with encryption on: kept apart from the full run's note,
+    which a later ``make chaos`` rewrites around it."""
+    faults = sum(sum(o.faults.values()) for o in run.outcomes if o.name not in GENERATED)
+    tasks = sum(o.tasks for o in run.outcomes)
+    lost = sum(o.lost for o in run.outcomes if o.name != "probes")
+    audit = next((o for o in run.outcomes if o.name == "audit"), None)
+    lines = [
+        ENCRYPTED_HEADING,
+        "",
+        f"`{command}` runs the scenarios with payload encryption on: a key made up for the run "
+        "is given as `ERRANDS_ENCRYPTION_KEYS` to every `python worker.py` process, and the "
+        "suite's own client (tasks, answers, signals, histories) carries the same codec "
+        "(`errands.adapters.encryption.data_converter`). The audit replays every history through "
+        "the codec and looks for the planned tasks' words in the raw histories.",
+        "",
+        f"- Date: {run.started:%Y-%m-%d %H:%M} UTC; {'short' if run.short else 'full'} size; "
+        f"{run.seconds / 60:.1f} minutes; seed `{run.seed}`",
+        f"- Machine: {machine()}",
+        f"- Faults injected: **{faults}**; tasks run: **{tasks}**; lost: **{lost}** "
+        + ("(nothing)" if not lost else "(see below)"),
+        "",
+        "| scenario | tasks | faults injected | lost |",
+        "|---|---:|---|---:|",
+    ]
+    for o in run.outcomes:
+        injected = ", ".join(f"{k} × {v}" for k, v in sorted(o.faults.items())) or "-"
+        lines.append(f"| {o.title} | {o.tasks} | {injected} | {o.lost} |")
+    if audit is not None:
+        lines += ["", *(f"- {k}: {_fact(v)}" for k, v in audit.facts.items())]
+    problems = [p for o in run.outcomes for p in o.problems]
+    if problems:
+        lines += ["", "Problems:", "", *(f"- {p}" for p in problems)]
+    return "\n".join(lines) + "\n"
+
+
+def encrypted_section(note: str) -> str | None:
+    """The encryption section of an existing note (up to the next heading), if it has one."""
+    start = note.find(ENCRYPTED_HEADING)
+    if start < 0:
+        return None
+    end = note.find("\n## ", start + len(ENCRYPTED_HEADING))
+    return note[start : end + 1 if end >= 0 else len(note)]
+
+
+def with_encrypted_section(note: str, section: str) -> str:
+    """``note`` with ``section`` in place of its encryption section, or before its losses
+    table when it has none."""
+    old = encrypted_section(note)
+    if old is not None:
+        at = note.index(old)
+        rest = note[at + len(old) :]
+        return note[:at] + section.rstrip("\n") + "\n" + ("\n" + rest if rest else "")
+    at = note.find(ENCRYPTED_BEFORE)
+    if at < 0:
+        return note.rstrip("\n") + "\n\n" + section
+    return note[:at] + section.rstrip("\n") + "\n\n" + note[at:]
 
 
 def _fact(value: Any) -> str:

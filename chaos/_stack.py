@@ -4,6 +4,11 @@ session store, and workers either in this process or as ``python worker.py`` chi
 
 Provider keys are made up per run, so the secrets audit looks for strings that exist nowhere
 else; every task queue a scenario uses is recorded, so the audit covers every history.
+
+``encrypt`` turns payload encryption on for the whole stack: a key made up per run, given as
+``ERRANDS_ENCRYPTION_KEYS`` to every worker process and in-process worker, and the suite's own
+client built with ``errands.adapters.encryption.data_converter`` from the same settings, so
+every payload the suite and the workers write is encrypted.
 """
 
 from __future__ import annotations
@@ -26,10 +31,10 @@ from pydantic import SecretStr
 from temporalio.client import Client
 
 from errands.adapters.devserver import DevServer, free_port
+from errands.adapters.encryption import data_converter, new_key
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import RecordedRequest, ScriptedModelServer, Step
 from errands.adapters.store import SessionStore, open_store
-from errands.client import connect
 from errands.settings import Settings
 from errands.workers import build_worker
 
@@ -90,8 +95,10 @@ class WorkerProcess:
 
 
 class Stack:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, encrypt: bool = False) -> None:
         self.root = root
+        self.encryption_keys = f"chaos={new_key()}" if encrypt else None
+        """``ERRANDS_ENCRYPTION_KEYS`` of every worker and client, or None: no encryption."""
         self.port = free_port()
         self.server = self._new_server()
         self.openai_key = "sk-chaos-openai-" + secrets.token_hex(16)
@@ -107,13 +114,16 @@ class Stack:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls) -> AsyncIterator[Stack]:
+    async def open(cls, *, encrypt: bool = False) -> AsyncIterator[Stack]:
         root = Path(tempfile.mkdtemp(prefix="errands-chaos-"))
-        stack = cls(root)
+        stack = cls(root, encrypt=encrypt)
         try:
             await asyncio.to_thread(stack.server.start)
             stack.models.start()
-            stack._client = await connect(stack.server.address)
+            # The converter every errands client has: pydantic payloads, and the codec when
+            # the stack encrypts.
+            converter = data_converter(stack.settings("chaos-client"))
+            stack._client = await Client.connect(stack.server.address, data_converter=converter)
             yield stack
         finally:
             stack.models.stop()
@@ -169,6 +179,8 @@ class Stack:
     def settings(self, queue: str, **extra: str) -> Settings:
         """A worker's settings on ``queue``; ``extra`` adds settings by name
         (``ERRANDS_MCP_SERVERS=…``)."""
+        if self.encryption_keys is not None:
+            extra = {"ERRANDS_ENCRYPTION_KEYS": self.encryption_keys, **extra}
         return Settings(
             TEMPORAL_ADDRESS=self.server.address,
             ERRANDS_TASK_QUEUE=queue,
@@ -196,6 +208,8 @@ class Stack:
             ANTHROPIC_BASE_URL=self.models.anthropic_base_url,
             PYTHONPATH=str(ROOT),
         )
+        if self.encryption_keys is not None:
+            env["ERRANDS_ENCRYPTION_KEYS"] = self.encryption_keys
         return env
 
     def worker_process(self, queue: str) -> WorkerProcess:

@@ -55,6 +55,14 @@ SHORT = Scale(
     pure_examples=0,
 )
 SCENARIOS = ["kill", "restart", "faults", "input", "hostile", "probes", "pure"]
+SEALED = (
+    "survey the options and report back",
+    "round 0 part 1",
+    "final answer for ",
+    "How wide should the survey be?",
+)
+"""Words of the planned tasks (a task's text, a branch's prompt and result, a reply, a question)
+that no raw history may hold when the stack encrypts."""
 
 
 def scenario_rng(seed: int, name: str) -> random.Random:
@@ -62,12 +70,14 @@ def scenario_rng(seed: int, name: str) -> random.Random:
     return random.Random(f"{seed}:{name}")
 
 
-async def run_suite(seed: int, *, short: bool, only: list[str] | None = None) -> Run:
+async def run_suite(
+    seed: int, *, short: bool, only: list[str] | None = None, encrypt: bool = False
+) -> Run:
     scale = SHORT if short else FULL
     chosen = only or SCENARIOS
-    run = Run(seed=seed, short=short)
+    run = Run(seed=seed, short=short, encrypted=encrypt)
     started = time.monotonic()
-    async with Stack.open() as stack:
+    async with Stack.open(encrypt=encrypt) as stack:
         steps = {
             "kill": lambda: worker_kills(stack, scenario_rng(seed, "kill"), scale.kill),
             "restart": lambda: server_restarts(stack, scenario_rng(seed, "restart"), scale.restart),
@@ -89,6 +99,7 @@ async def run_suite(seed: int, *, short: bool, only: list[str] | None = None) ->
             stack.keys,
             audit,
             probed={q for q in stack.queues if q.startswith("chaos-probes-")},
+            sealed=SEALED if encrypt else (),
         )
         audit.seconds = time.monotonic() - audit_started
         audit.faults["provider keys looked for"] = len(stack.keys)
