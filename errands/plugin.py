@@ -7,11 +7,13 @@
     async with Worker(client, task_queue=settings.task_queue, workflows=[MyWorkflow]):
         ...
 
-On a ``Client`` it sets the pydantic data converter (errands' payloads are pydantic models); the
-client's workers then inherit the plugin. On a ``Worker`` it adds the three workflows, the
-activities and the log-context interceptor; on a ``Replayer``, the workflows, converter and
-interceptor. The session store and the model router are opened when a worker is configured, not
-before (a plugin used only on a client opens no database), and closed when that worker stops.
+On a ``Client`` it sets the pydantic data converter (errands' payloads are pydantic models) and,
+with ``ERRANDS_ENCRYPTION_KEYS``, the encryption codec; the client's workers then inherit the
+plugin. A worker given the plugin alone refuses a client that does not encrypt with those keys.
+On a ``Worker`` it adds the three workflows, the activities and the log-context interceptor; on
+a ``Replayer``, the workflows, converter (codec included) and interceptor. The session store
+and the model router are opened when a worker is configured, not before (a plugin used only on
+a client opens no database), and closed when that worker stops.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from activities import (
     SessionActivities,
     ToolActivities,
 )
+from errands.adapters.encryption import configured_keys, encrypts_with, with_encryption
 from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore, open_store
@@ -89,17 +92,23 @@ class ErrandsPlugin(SimplePlugin):
                     f"MCP server name {name!r} cannot name tools: use 1 to 32 letters, digits, "
                     "'-' or '_', with no '__' inside and no '_' at the end"
                 )
+        self._keys = configured_keys(self.settings)  # a bad key fails here, at start
         self._store = store
         self._router = router
         self._types: dict[str, SubtaskType] | None = None
         self._unclaimed: list[_WorkerResources] = []
         super().__init__(
             PLUGIN_NAME,
-            data_converter=with_pydantic_payloads,
+            data_converter=self._data_converter,
             interceptors=[LogContextInterceptor()],
             activities=self._add_activities,
             workflows=WORKFLOWS,
         )
+
+    def _data_converter(self, existing: DataConverter | None) -> DataConverter:
+        """The client's (or replayer's) converter with pydantic payloads and, with keys
+        configured, the encryption codec (see ``with_encryption``)."""
+        return with_encryption(with_pydantic_payloads(existing), self._keys)
 
     def subtask_types(self) -> dict[str, SubtaskType]:
         """Every subtask type this plugin's workers serve, by key; loaded on first use."""
@@ -114,6 +123,17 @@ class ErrandsPlugin(SimplePlugin):
                 "errands needs the pydantic data converter on the worker's client: connect with "
                 "Client.connect(..., plugins=[ErrandsPlugin(...)]) or "
                 "data_converter=temporalio.contrib.pydantic.pydantic_data_converter"
+            )
+        if (
+            client is not None
+            and self._keys
+            and not encrypts_with(client.data_converter, self._keys)
+        ):
+            raise ConfigError(
+                "ERRANDS_ENCRYPTION_KEYS is set but the worker's client does not encrypt with "
+                "those keys: connect with Client.connect(..., plugins=[ErrandsPlugin(...)]) or "
+                "data_converter=errands.adapters.encryption.data_converter(settings)",
+                setting="ERRANDS_ENCRYPTION_KEYS",
             )
         cache_workflow_bytecode()
         return super().configure_worker(config)

@@ -30,6 +30,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
+    DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
 )
@@ -191,6 +192,35 @@ def encrypted(converter: DataConverter, keys: Mapping[str, bytes]) -> DataConver
     )
 
 
+def with_encryption(converter: DataConverter, keys: Mapping[str, bytes] | None) -> DataConverter:
+    """``converter`` encrypting with ``keys``: a codec of its own is kept only when no keys are
+    set or it is this codec with the same keys; any other is refused (two codecs cannot both
+    decide what the payloads are)."""
+    if not keys:
+        return converter
+    codec = converter.payload_codec
+    if codec is None:
+        return encrypted(converter, keys)
+    if not isinstance(codec, AesGcmCodec) or codec.keys != dict(keys):
+        raise ConfigError(
+            f"the Temporal client already has a payload codec ({type(codec).__qualname__}) and "
+            "ERRANDS_ENCRYPTION_KEYS asks errands for its own; unset the keys to keep yours, or "
+            "connect without a codec and let errands encrypt",
+            setting="ERRANDS_ENCRYPTION_KEYS",
+        )
+    if converter.failure_converter_class is DefaultFailureConverter:
+        return replace(
+            converter, failure_converter_class=DefaultFailureConverterWithEncodedAttributes
+        )
+    return converter
+
+
+def encrypts_with(converter: DataConverter, keys: Mapping[str, bytes]) -> bool:
+    """Whether ``converter`` encrypts with exactly ``keys``."""
+    codec = converter.payload_codec
+    return isinstance(codec, AesGcmCodec) and codec.keys == dict(keys)
+
+
 @dataclass(frozen=True)
 class SessionTags:
     """How a session id is written into (and searched in) the ``ErrandsSession`` attribute."""
@@ -240,7 +270,9 @@ __all__ = [
     "data_converter",
     "encrypted",
     "encrypting",
+    "encrypts_with",
     "new_key",
     "parse_keys",
     "session_tags",
+    "with_encryption",
 ]
