@@ -3,7 +3,7 @@ Python program go through it).
 
 ::
 
-    client = await errands.Client.connect()            # TEMPORAL_ADDRESS, or `errands dev`
+    client = await errands.Client.connect()            # TEMPORAL_*, temporal.toml or `errands dev`
     task = await client.start("Compare three databases", session="s1")
     async for event in task.events():                   # the event log: docs/events.md
         print(event.seq, event.type, event.data)        # task_started, …, replied
@@ -26,6 +26,7 @@ from errands.client._client import (
     task_input,
 )
 from errands.client._handle import TaskHandle, TaskInfo
+from errands.client._upgrade import TaskOnOldVersion
 
 __all__ = [
     "QUERY_TIMEOUT",
@@ -33,6 +34,7 @@ __all__ = [
     "StartOptions",
     "TaskHandle",
     "TaskInfo",
+    "TaskOnOldVersion",
     "TaskSummary",
     "connect",
     "new_session_id",
