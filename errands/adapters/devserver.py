@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Self
 
@@ -99,10 +100,13 @@ class DevServer:
         namespace: str = "default",
         log_file: str | None = None,
         ui_codec_endpoint: str | None = None,
+        dynamic_config: Mapping[str, str] | None = None,
     ) -> None:
         self.port = port
         self.ui_codec_endpoint = ui_codec_endpoint
         """A remote codec (``errands codec-server``) the UI decodes payloads with."""
+        self.dynamic_config = dict(dynamic_config or {})
+        """More ``--dynamic-config-value KEY=VALUE`` (VALUE as JSON: '"1s"' for a duration)."""
         self.ui_port = ui_port
         self.db_file = db_file
         self.namespace = namespace
@@ -133,6 +137,8 @@ class DevServer:
             cmd += ["--namespace", self.namespace]
         for name, kind in SEARCH_ATTRIBUTES.items():
             cmd += ["--search-attribute", f"{name}={kind}"]
+        for key, value in self.dynamic_config.items():
+            cmd += ["--dynamic-config-value", f"{key}={value}"]
         return cmd
 
     def start(self, timeout: float = 60) -> Self:
