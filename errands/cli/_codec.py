@@ -78,7 +78,9 @@ async def dev_codec_server(settings: Settings, port: int) -> AsyncIterator[str |
 async def codec_server(args: argparse.Namespace) -> int:
     from errands.gateway import codec_serving
 
-    settings = dev_keys(load_settings())
+    settings = load_settings()
+    if not settings.temporal_address:
+        settings = dev_keys(settings)  # beside `errands dev --encrypt`: its key
     token = settings.api_token.get_secret_value() if settings.api_token else None
     configure_logging(settings.log_level, json=settings.log_json)
     async with codec_serving(settings, args.host, args.port, token) as url:
