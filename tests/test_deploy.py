@@ -1,6 +1,8 @@
-"""deploy/ agrees with the code: every variable an errands container gets is a setting, every
-command is an ``errands`` subcommand, ports line up, the search-attribute job registers exactly
-what the workflows set, and the files are valid compose, Kubernetes and Dockerfile documents.
+"""deploy/ agrees with the code: every variable an errands container gets is a setting (or a
+``TEMPORAL_*`` variable temporalio.envconfig reads), every command is an ``errands`` subcommand,
+ports line up, the search-attribute job registers exactly what the workflows set, the encryption
+keys come only from a secret mounted as a file, each worker build's id agrees with its name,
+label and image, and the files are valid compose, Kubernetes and Dockerfile documents.
 
 No Docker engine is needed: the compose file is interpolated here as ``docker compose config``
 would, and validated against the Compose Specification's schema; Kubernetes manifests against the
@@ -37,18 +39,51 @@ DEPLOY = ROOT / "deploy"
 COMPOSE_FILE = DEPLOY / "docker-compose.yml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 K8S = DEPLOY / "k8s"
+K8S_WORKER = K8S / "worker"
+K8S_VERSIONS = K8S / "versions"
 
 GATEWAY_PORT = 8080
 TEMPORAL_PORT = 7233
 UI_CONTAINER_PORT = 8080
 UI_PUBLISHED_PORT = 8233
-ERRANDS_SERVICES = ("worker", "gateway")
+CODEC_PORT = 8081
+ERRANDS_SERVICES = ("worker", "gateway", "codec-server")
+"""The compose services built from deploy/Dockerfile."""
+WORKER_SERVICES = ("worker", "worker-previous")
+TEMPORAL_SERVICES = ("worker", "worker-previous", "gateway")
+"""The errands services that reach Temporal and the session store."""
 REQUIRED_VARIABLES = ("TEMPORAL_ADDRESS", "ERRANDS_DATABASE_URL")
 COMPOSE_ENV = {"POSTGRES_PASSWORD": "pw-from-env", "ERRANDS_API_TOKEN": "token-from-env"}
+KEYS_SECRET = "errands-encryption-keys"
+BUILD_LABEL = "errands.dev/build-id"
+ENVCONFIG_VARIABLES = {
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "TEMPORAL_API_KEY",
+    "TEMPORAL_TLS",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_CLIENT_CERT_DATA",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CLIENT_KEY_DATA",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
+    "TEMPORAL_TLS_SERVER_NAME",
+    "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION",
+    "TEMPORAL_CODEC_ENDPOINT",
+    "TEMPORAL_CODEC_AUTH",
+    "TEMPORAL_CONFIG_FILE",
+    "TEMPORAL_PROFILE",
+}
+"""The variables temporalio.envconfig reads (its Rust core's list), for the connection."""
 
 
 def setting_names() -> set[str]:
     return {field.alias for field in Settings.model_fields.values() if field.alias}
+
+
+def readable_names() -> set[str]:
+    """What an errands container may be given: its settings and envconfig's variables."""
+    return setting_names() | ENVCONFIG_VARIABLES
 
 
 def assert_errands_command(args: list[str]) -> None:
@@ -158,12 +193,16 @@ def test_compose_runs_the_whole_stack() -> None:
         "temporal",
         "temporal-ui",
         "search-attributes",
+        "worker-version",
+        "worker-previous",
         *ERRANDS_SERVICES,
     }
     images = {name: svc.get("image", "") for name, svc in compose()["services"].items()}
     assert images["temporal"].startswith("temporalio/auto-setup:")
     assert images["temporal-ui"].startswith("temporalio/ui:")
     assert images["search-attributes"].startswith("temporalio/admin-tools:")
+    assert images["worker-version"] == images["search-attributes"]
+    assert images["worker-previous"].startswith("errands:")
     assert images["postgresql"].startswith("postgres:")
 
 
@@ -190,10 +229,12 @@ def test_compose_references_resolve() -> None:
 
 @pytest.mark.fast
 def test_compose_errands_containers_get_only_settings() -> None:
-    known = setting_names()
-    for name in ERRANDS_SERVICES:
+    known = readable_names()
+    for name in {*ERRANDS_SERVICES, *WORKER_SERVICES}:
         env = environment(service(name))
         assert set(env) <= known, f"{name} sets variables errands never reads: {set(env) - known}"
+    for name in TEMPORAL_SERVICES:
+        env = environment(service(name))
         for required in REQUIRED_VARIABLES:
             assert env.get(required), f"{name} does not set {required}"
 
@@ -201,7 +242,7 @@ def test_compose_errands_containers_get_only_settings() -> None:
 @pytest.mark.fast
 def test_compose_errands_reach_temporal_and_postgresql_by_service_name() -> None:
     postgres = environment(service("postgresql"))
-    for name in ERRANDS_SERVICES:
+    for name in TEMPORAL_SERVICES:
         env = environment(service(name))
         assert env["TEMPORAL_ADDRESS"] == f"temporal:{TEMPORAL_PORT}"
         url = urlsplit(env["ERRANDS_DATABASE_URL"])
@@ -210,7 +251,7 @@ def test_compose_errands_reach_temporal_and_postgresql_by_service_name() -> None
         assert url.username == postgres["POSTGRES_USER"]
         assert url.password == postgres["POSTGRES_PASSWORD"] == COMPOSE_ENV["POSTGRES_PASSWORD"]
         assert url.path == f"/{postgres['POSTGRES_DB']}"
-    for name in ("temporal-ui", "search-attributes"):
+    for name in ("temporal-ui", "search-attributes", "worker-version"):
         assert environment(service(name))["TEMPORAL_ADDRESS"] == f"temporal:{TEMPORAL_PORT}"
 
 
@@ -235,8 +276,8 @@ def test_compose_temporal_runs_on_the_compose_postgresql() -> None:
 
 @pytest.mark.fast
 def test_compose_commands_are_errands_subcommands() -> None:
-    assert service("worker")["command"] == ["worker"]
-    for name in ERRANDS_SERVICES:
+    assert service("worker")["command"] == service("worker-previous")["command"] == ["worker"]
+    for name in {*ERRANDS_SERVICES, *WORKER_SERVICES}:
         svc = service(name)
         assert "entrypoint" not in svc, "the image's entrypoint is `errands`"
         assert_errands_command(svc["command"])
@@ -281,9 +322,64 @@ def test_compose_search_attribute_job_registers_exactly_the_workflows_attributes
     assert job["entrypoint"] == ["/bin/sh", "-c"]
     [script] = job["command"]
     assert registered_search_attributes(script) == SEARCH_ATTRIBUTES
-    for name in ERRANDS_SERVICES:
+    for name in ("worker", "gateway"):
         condition = service(name)["depends_on"]["search-attributes"]["condition"]
         assert condition == "service_completed_successfully"
+
+
+@pytest.mark.fast
+def test_compose_encryption_keys_come_from_a_secret_file_only() -> None:
+    secrets = compose()["secrets"]
+    source = DEPLOY / secrets[KEYS_SECRET]["file"]
+    # Never committed: the folder ignores every file but its own .gitignore.
+    ignored = (source.parent / ".gitignore").read_text().splitlines()
+    assert "*" in ignored and source.parent.resolve().is_relative_to(DEPLOY)
+    for name, svc in compose()["services"].items():
+        env = environment(svc)
+        assert "ERRANDS_ENCRYPTION_KEYS" not in env, f"{name} carries keys in a variable"
+        if name in {*ERRANDS_SERVICES, *WORKER_SERVICES}:
+            assert KEYS_SECRET in svc["secrets"], f"{name} does not get the keys"
+            assert env["ERRANDS_ENCRYPTION_KEYS_FILE"] == f"/run/secrets/{KEYS_SECRET}"
+        for secret in svc.get("secrets") or []:
+            assert secret in secrets, f"{name} uses undeclared secret {secret}"
+
+
+@pytest.mark.fast
+def test_compose_workers_run_as_the_version_of_their_image_tag() -> None:
+    tags = {"ERRANDS_IMAGE_TAG": "0.3.0", "ERRANDS_PREVIOUS_TAG": "0.2.0"}
+    rendered = interpolate(raw_compose(), {**COMPOSE_ENV, **tags})["services"]
+    names = set()
+    for name, tag in (("worker", "0.3.0"), ("worker-previous", "0.2.0")):
+        env = environment(rendered[name])
+        assert rendered[name]["image"] == f"errands:{tag}"
+        assert env["ERRANDS_BUILD_ID"] == tag
+        names.add(env["ERRANDS_DEPLOYMENT_NAME"])
+    [deployment] = names
+    # The previous build is the one to drain: never started by default, never rebuilt.
+    assert rendered["worker-previous"]["profiles"] == ["drain"]
+    assert "build" not in rendered["worker-previous"]
+    # The job that makes a build current names the worker service's deployment and build.
+    job = rendered["worker-version"]
+    assert environment(job)["ERRANDS_BUILD_ID"] == "0.3.0"
+    [script] = job["command"]
+    words = shlex.split(script.replace("\\\n", " ").splitlines()[2].split("; do")[0])
+    assert words[:4] == ["until", "temporal", "worker", "deployment"]
+    assert words[words.index("--deployment-name") + 1] == deployment
+    assert words[words.index("--build-id") + 1] == "$ERRANDS_BUILD_ID"
+    assert job["depends_on"] == ["worker"]
+
+
+@pytest.mark.fast
+def test_compose_codec_server_listens_on_loopback_with_the_token_for_the_ui() -> None:
+    codec = service("codec-server")
+    command = codec["command"]
+    assert command[:1] == ["codec-server"]
+    assert command[command.index("--port") + 1] == str(CODEC_PORT)
+    assert codec["ports"] == [f"127.0.0.1:{CODEC_PORT}:{CODEC_PORT}"]
+    env = environment(codec)
+    assert env["ERRANDS_API_TOKEN"] == COMPOSE_ENV["ERRANDS_API_TOKEN"]
+    origins = env["ERRANDS_CODEC_CORS_ORIGINS"].split(",")
+    assert f"http://localhost:{UI_PUBLISHED_PORT}" in origins
 
 
 @pytest.mark.fast
@@ -391,15 +487,22 @@ def k8s_documents(path: Path) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def kustomization() -> dict[str, Any]:
-    data = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+def kustomization(folder: Path = K8S) -> dict[str, Any]:
+    data = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert isinstance(data, dict)
     return data
 
 
 def manifests() -> Iterator[dict[str, Any]]:
-    for resource in kustomization()["resources"]:
-        yield from k8s_documents(K8S / resource)
+    """The shared parts (deploy/k8s) and the workers' base, which every build's overlay takes."""
+    for folder in (K8S, K8S_WORKER):
+        for resource in kustomization(folder)["resources"]:
+            yield from k8s_documents(folder / resource)
+
+
+def builds() -> list[str]:
+    """The worker builds: one overlay folder each under deploy/k8s/versions, named by its id."""
+    return sorted(p.name for p in K8S_VERSIONS.iterdir() if p.is_dir())
 
 
 def find(kind: str, name: str) -> dict[str, Any]:
@@ -414,9 +517,23 @@ def only_container(workload: dict[str, Any]) -> dict[str, Any]:
     return dict(container)
 
 
-def secret_example() -> dict[str, Any]:
-    [secret] = k8s_documents(K8S / "secret.example.yaml")
-    return secret
+def secret_examples() -> dict[str, dict[str, Any]]:
+    """The example Secrets by name (secret.example.yaml, never applied)."""
+    return {doc["metadata"]["name"]: doc for doc in k8s_documents(K8S / "secret.example.yaml")}
+
+
+def secret_mounts(workload: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """mount path → (Secret name, optional) for the Secret volumes of a workload's container."""
+    pod = workload["spec"]["template"]["spec"]
+    volumes = {v["name"]: v["secret"] for v in pod.get("volumes", []) if "secret" in v}
+    return {
+        mount["mountPath"]: (
+            volumes[mount["name"]]["secretName"],
+            volumes[mount["name"]].get("optional", False),
+        )
+        for mount in only_container(workload).get("volumeMounts", [])
+        if mount["name"] in volumes
+    }
 
 
 def container_variables(container: dict[str, Any]) -> set[str]:
@@ -440,6 +557,8 @@ def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     listed = set(kustomization()["resources"])
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
     assert listed == on_disk
+    workers = {p.name for p in K8S_WORKER.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization(K8S_WORKER)["resources"]) == workers
     assert {doc["kind"] for doc in manifests()} >= {
         "ConfigMap",
         "Deployment",
@@ -451,7 +570,8 @@ def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
 
 @pytest.mark.fast
 @pytest.mark.parametrize(
-    "path", sorted(p.name for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+    "path",
+    sorted(str(p.relative_to(K8S)) for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml"),
 )
 def test_manifest_matches_the_kubernetes_api_schema(path: str) -> None:
     for doc in k8s_documents(K8S / path):
@@ -460,19 +580,22 @@ def test_manifest_matches_the_kubernetes_api_schema(path: str) -> None:
 
 @pytest.mark.fast
 def test_k8s_errands_containers_get_only_settings() -> None:
-    known = setting_names()
+    known = readable_names()
     containers = dict(errands_containers())
-    assert set(containers) == {"errands-worker", "errands-gateway"}
+    assert set(containers) == {"errands-worker", "errands-gateway", "errands-codec-server"}
     for name, container in containers.items():
         variables = container_variables(container)
         assert variables <= known, f"{name} sets variables errands never reads: {variables - known}"
+        if name == "errands-codec-server":
+            continue  # it holds the keys and nothing else: no Temporal, no store
         for required in REQUIRED_VARIABLES:
             assert required in variables, f"{name} does not set {required}"
 
 
 @pytest.mark.fast
 def test_k8s_secret_references_name_keys_the_example_secret_has() -> None:
-    secret = secret_example()
+    examples = secret_examples()
+    secret = examples["errands-secrets"]
     config = find("ConfigMap", "errands-config")["data"]
     for _, container in errands_containers():
         for item in container.get("env", []):
@@ -553,10 +676,134 @@ def test_k8s_search_attribute_job_registers_exactly_the_workflows_attributes() -
     assert registered_search_attributes(script) == SEARCH_ATTRIBUTES
     # The same admin-tools release as compose's default, reading the errands ConfigMap.
     assert container["image"] == service("search-attributes")["image"]
-    refs = {item["name"]: item["valueFrom"]["configMapKeyRef"] for item in container["env"]}
+    refs = {item["name"]: item["valueFrom"] for item in container["env"]}
     config = find("ConfigMap", "errands-config")
     for variable in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):
-        assert refs[variable] == {"name": config["metadata"]["name"], "key": variable}
+        key = {"name": config["metadata"]["name"], "key": variable}
+        assert refs[variable] == {"configMapKeyRef": key}
+    # The CLI reads the API key from the same variable errands does, when the Secret has one.
+    api_key = refs["TEMPORAL_API_KEY"]["secretKeyRef"]
+    assert api_key == {"name": "errands-secrets", "key": "TEMPORAL_API_KEY", "optional": True}
+
+
+@pytest.mark.fast
+def test_k8s_encryption_keys_are_a_mounted_secret_never_a_configmap() -> None:
+    examples = secret_examples()
+    for doc in manifests():
+        if doc["kind"] == "ConfigMap":
+            assert not any("ENCRYPTION_KEYS" in key for key in doc["data"]), doc["metadata"]
+    workloads = {doc["metadata"]["name"]: doc for doc in manifests() if doc["kind"] == "Deployment"}
+    for name, container in errands_containers():
+        env = {item["name"]: item for item in container.get("env", [])}
+        assert "ERRANDS_ENCRYPTION_KEYS" not in env, f"{name} carries keys in a variable"
+        path = Path(env["ERRANDS_ENCRYPTION_KEYS_FILE"]["value"])
+        mounted = secret_mounts(workloads[name])
+        assert mounted[str(path.parent)] == (KEYS_SECRET, False), f"{name}: {path} is no Secret"
+        assert path.name in examples[KEYS_SECRET]["stringData"]
+
+
+@pytest.mark.fast
+def test_k8s_temporal_tls_files_are_the_mounted_tls_secret() -> None:
+    # The mTLS lines are commented out in the ConfigMap (an API key is the default): read them
+    # from its text, so they stay right for whoever uncomments them.
+    text = (K8S / "configmap.yaml").read_text()
+    paths = dict(re.findall(r"^\s*#?\s*(TEMPORAL_TLS_\w+_PATH):\s*(\S+)$", text, re.MULTILINE))
+    assert set(paths) == {
+        "TEMPORAL_TLS_CLIENT_CERT_PATH",
+        "TEMPORAL_TLS_CLIENT_KEY_PATH",
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    }
+    tls = secret_examples()["errands-temporal-tls"]["stringData"]
+    for name in ("errands-worker", "errands-gateway"):
+        mounted = secret_mounts(find("Deployment", name))
+        for path in map(Path, paths.values()):
+            assert mounted[str(path.parent)] == ("errands-temporal-tls", True), name
+            assert path.name in tls
+
+
+@pytest.mark.fast
+def test_deploy_names_only_settings_and_variables_envconfig_reads() -> None:
+    # Comments included: a variable a reader is told to set must exist.
+    compose_only = {"ERRANDS_IMAGE_TAG", "ERRANDS_PREVIOUS_TAG", "ERRANDS_WORKERS"}
+    texts = [p for p in K8S.rglob("*") if p.suffix in (".yaml", ".md")]
+    texts.append(DEPLOY / ".env.example")
+    for path in texts:
+        named = set(re.findall(r"\b((?:ERRANDS|TEMPORAL)_[A-Z0-9_]*[A-Z0-9])\b", path.read_text()))
+        unknown = named - readable_names() - compose_only
+        assert not unknown, f"{path.relative_to(ROOT)} names {unknown}, which nothing reads"
+
+
+@pytest.mark.fast
+def test_k8s_codec_server_has_a_service_the_token_and_the_ui_origin() -> None:
+    deployment = find("Deployment", "errands-codec-server")
+    codec = only_container(deployment)
+    args = codec["args"]
+    assert args[0] == "codec-server"
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[args.index("--port") + 1] == str(CODEC_PORT)
+    ports = {p["name"]: p["containerPort"] for p in codec["ports"]}
+    assert ports == {"http": CODEC_PORT}
+    env = {item["name"]: item for item in codec["env"]}
+    token = env["ERRANDS_API_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token["key"] == "ERRANDS_API_TOKEN" and not token.get("optional")
+    for origin in env["ERRANDS_CODEC_CORS_ORIGINS"]["value"].split(","):
+        parts = urlsplit(origin)
+        assert parts.scheme in ("http", "https") and parts.netloc and not parts.path, origin
+    service_ = find("Service", "errands-codec-server")
+    [port] = service_["spec"]["ports"]
+    assert ports.get(port["targetPort"], port["targetPort"]) == CODEC_PORT
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service_["spec"]["selector"].items() <= pod_labels.items()
+
+
+@pytest.mark.fast
+def test_k8s_each_worker_build_is_named_labelled_and_tagged_by_its_build_id() -> None:
+    assert builds(), "deploy/k8s/versions holds no worker build"
+    worker = only_container(find("Deployment", "errands-worker"))
+    env = {item["name"]: item for item in worker["env"]}
+    assert env["ERRANDS_DEPLOYMENT_NAME"]["value"]
+    field = env["ERRANDS_BUILD_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == f"metadata.labels['{BUILD_LABEL}']"
+    for build in builds():
+        Settings(
+            ERRANDS_DEPLOYMENT_NAME=env["ERRANDS_DEPLOYMENT_NAME"]["value"], ERRANDS_BUILD_ID=build
+        )
+        overlay = kustomization(K8S_VERSIONS / build)
+        assert overlay["resources"] == ["../../worker"]
+        assert overlay["nameSuffix"] == f"-{build}"
+        [label] = [entry for entry in overlay["labels"] if BUILD_LABEL in entry["pairs"]]
+        assert label["pairs"][BUILD_LABEL] == build
+        # In the selector too: two builds' Deployments must not claim each other's pods.
+        assert label["includeSelectors"] and label["includeTemplates"]
+        assert overlay["images"] == [{"name": "errands", "newTag": build}]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here")
+@pytest.mark.parametrize("build", builds())
+def test_kustomize_renders_a_worker_build_beside_the_others(build: str) -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(K8S_VERSIONS / build)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered) if doc}
+    assert set(docs) == {"Deployment", "HorizontalPodAutoscaler"}
+    deployment, hpa = docs["Deployment"], docs["HorizontalPodAutoscaler"]
+    for doc in docs.values():
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    assert deployment["metadata"]["name"] == f"errands-worker-{build}"
+    assert deployment["spec"]["selector"]["matchLabels"][BUILD_LABEL] == build
+    assert deployment["spec"]["template"]["metadata"]["labels"][BUILD_LABEL] == build
+    assert only_container(deployment)["image"] == f"errands:{build}"
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert hpa["metadata"]["name"] == f"errands-worker-{build}"
+    shared = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "errands-worker" not in [
+        doc["metadata"]["name"] for doc in yaml.safe_load_all(shared) if doc
+    ], "the shared parts must not roll workers: each build is its own overlay"
 
 
 @pytest.mark.parametrize("where", ["compose", "k8s"])
