@@ -778,6 +778,18 @@ def test_k8s_each_worker_build_is_named_labelled_and_tagged_by_its_build_id() ->
         assert overlay["images"] == [{"name": "errands", "newTag": build}]
 
 
+@pytest.mark.fast
+def test_the_release_procedure_uses_commands_that_exist() -> None:
+    readme = (K8S_VERSIONS / "README.md").read_text()
+    commands = [shlex.split(line) for line in readme.splitlines() if line.startswith("errands ")]
+    assert [c[:2] for c in commands] == [["errands", "upgrade"]] * 2
+    for words in commands:
+        assert_errands_command(words[1:])
+        assert words[words.index("--from") + 1] in builds()
+    assert re.search(r"kubectl apply -k deploy/k8s/versions/\S+", readme)
+    assert "set-current-version --deployment-name errands" in readme
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here")
 @pytest.mark.parametrize("build", builds())
 def test_kustomize_renders_a_worker_build_beside_the_others(build: str) -> None:
