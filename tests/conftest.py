@@ -122,7 +122,7 @@ def store(database_url: str) -> Iterator[SessionStore]:
 
 @pytest.fixture(scope="session")
 async def client(dev_server: DevServer) -> Client:
-    return await connect(dev_server.address)
+    return await connect(address=dev_server.address, embedded=True)
 
 
 @pytest.fixture(scope="session")

@@ -236,7 +236,7 @@ async def test_two_workers_on_a_rate_limited_model_queue_hold_the_rate_together(
     # A client each, as two worker processes would have (one client polls a queue once).
     model_workers = [
         Worker(
-            await connect(dev_server.address),
+            await connect(address=dev_server.address, embedded=True),
             task_queue=model_queue,
             activities=ErrandsPlugin(own).model_call_activities(store, router),
             max_task_queue_activities_per_second=RATE,

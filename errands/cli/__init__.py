@@ -3,6 +3,11 @@
 Every command that prints state has --json. Exit codes: 0 done, 1 the task failed or was
 canceled, 2 bad usage, bad configuration, a refused request or a service that did not answer
 (the reason is on stderr).
+
+Temporal: --address, --namespace, --profile and --config-file first, then the TEMPORAL_*
+variables, then the temporal.toml profile (TEMPORAL_PROFILE of TEMPORAL_CONFIG_FILE), then the
+embedded dev server; an API key turns TLS on (docs/operations.md, "Connecting to a secured
+cluster"). `errands config` shows the connection and where each value came from.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
+from errands.cli import _upgrade as upgrade
 from errands.cli._codec import DEV_CODEC_PORT, codec_server
+from errands.cli._connection import REACHES_TEMPORAL, add_connection_flags
 from errands.cli._terminal import one_line
 from errands.contracts.limits import SEQ_MAX
 from errands.errors import ErrandsError, InvalidRequest, Stopped, TaskEnded, TaskFailed
@@ -234,6 +241,10 @@ def _parser() -> argparse.ArgumentParser:
     codec.set_defaults(stops_by_signal=True)
 
     command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
+    upgrade.add_command(sub)
+    for name in REACHES_TEMPORAL:
+        if name in sub.choices:
+            add_connection_flags(sub.choices[name])
     return parser
 
 

@@ -7,8 +7,10 @@ import argparse
 import asyncio
 import json
 
+from errands.adapters.connection import resolve
 from errands.adapters.store import open_store, sqlite_path
 from errands.cli._codec import dev_codec_server, dev_keys, key_source
+from errands.cli._connection import connection_flags, connection_report, render_connection
 from errands.cli._follow import follow
 from errands.cli._output import event_line, note, print_state
 from errands.cli._stack import dev_server, stack, ui_url
@@ -23,7 +25,7 @@ FLAGS = {"model": "--model", "fallback_model": "--fallback-model"}
 
 
 async def run(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     session = args.session if args.session is not None else new_session_id()
     options = {
         "session": session,
@@ -54,7 +56,7 @@ async def run(args: argparse.Namespace) -> int:
             return 0
         note(f"errands: task {handle.task_id} in session {session}")
         state = await follow(handle, timeout=None, steps=True)
-    if not settings.temporal_address:
+    if not resolve(settings).configured:
         note(f"Temporal UI: {ui_url(settings, handle.task_id)} (while `errands dev` runs)")
     print_state(state, args.json)
     return 0 if state["status"] == "replied" else 1
@@ -72,7 +74,7 @@ def _with_flag(error: InvalidRequest, args: argparse.Namespace) -> InvalidReques
 
 
 async def wait(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         try:
             state = await follow(client.task(args.task), timeout=args.timeout, steps=False)
@@ -86,7 +88,7 @@ async def wait(args: argparse.Namespace) -> int:
 
 
 async def status(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         result = await client.task(args.task).status()
     print_state(result.public(), args.json)
@@ -104,7 +106,7 @@ async def answer(args: argparse.Namespace) -> int:
         if not sep or not qid.strip():
             raise InvalidRequest(f"{choice!r} is not QID=VALUE (for example q1=PostgreSQL)")
         answers.setdefault(qid.strip(), []).append(value)
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).answer(
             answers or None, dismiss=args.dismiss, cancel=args.cancel
@@ -122,7 +124,7 @@ async def answer(args: argparse.Namespace) -> int:
 
 async def say(args: argparse.Namespace) -> int:
     mode = "queue" if args.queue else "interrupt" if args.interrupt else "steer"
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).say(args.text, mode=mode)
     if args.json:
@@ -150,7 +152,7 @@ def _pinned(args: argparse.Namespace, verb: str) -> None:
 
 async def approve(args: argparse.Namespace) -> int:
     _pinned(args, "approve")
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).approve(
             always=args.always,
@@ -168,7 +170,7 @@ async def approve(args: argparse.Namespace) -> int:
 
 async def deny(args: argparse.Namespace) -> int:
     _pinned(args, "deny")
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         receipt = await client.task(args.task).deny(
             args.reason, approval_id=args.approval_id, arguments_sha256=args.arguments_sha256
@@ -193,7 +195,7 @@ def _answered_call(receipt: ApprovalReceipt) -> str:
 async def watch(args: argparse.Namespace) -> int:
     if args.after < 0:
         raise InvalidRequest("--after takes a sequence number, 0 or more")
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         task = client.task(args.task)
         await task.status()  # an unknown task is refused here, not waited on
@@ -206,7 +208,7 @@ async def watch(args: argparse.Namespace) -> int:
 
 
 async def cancel(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         await client.task(args.task).cancel()
     if args.json:
@@ -220,7 +222,7 @@ async def cancel(args: argparse.Namespace) -> int:
 async def btw(args: argparse.Namespace) -> int:
     if not args.question.strip():
         raise InvalidRequest("the side question is empty; write what you want to know")
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     async with stack(settings, need_worker_here=False) as client:
         answer = await client.task(args.task).btw(args.question)
     if args.json:
@@ -261,11 +263,15 @@ async def history(args: argparse.Namespace) -> int:
 
 
 async def config(args: argparse.Namespace) -> int:
-    report = load_settings().report()
+    settings = load_settings(**connection_flags(args))
+    report = settings.report()
+    connection = connection_report(settings)
     if args.json:
-        print(json.dumps(report, ensure_ascii=False))
+        print(json.dumps({**report, "connection": connection}, ensure_ascii=False))
     else:
         print(render_report(report))
+        print()
+        print(render_connection(connection))
     return 0
 
 
@@ -282,7 +288,7 @@ async def dev(args: argparse.Namespace) -> int:
             dev_codec_server(settings, args.codec_port) as codec,
             dev_server(settings, codec_endpoint=codec) as server,
         ):
-            temporal = await connect(server.address, settings.temporal_namespace)
+            temporal = await connect(settings, address=server.address, embedded=True)
             note(
                 f"errands dev: Temporal at {server.address}, UI at {server.ui_url}, worker running"
             )
@@ -298,7 +304,7 @@ async def dev(args: argparse.Namespace) -> int:
 async def serve(args: argparse.Namespace) -> int:
     from errands.gateway import serve
 
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     token = settings.api_token.get_secret_value() if settings.api_token else None
     await serve(settings, args.host, args.port, token)
     return 0
@@ -307,5 +313,5 @@ async def serve(args: argparse.Namespace) -> int:
 async def worker(args: argparse.Namespace) -> int:
     from errands.workers import run_worker
 
-    await run_worker(load_settings())
+    await run_worker(load_settings(**connection_flags(args)))
     return 0

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from errands.adapters.connection import check_unconfigured, resolve
 from errands.adapters.devserver import DevServer, port_open
 from errands.adapters.store import open_store
 from errands.cli._codec import dev_keys
@@ -18,33 +19,37 @@ from errands.settings import Settings
 
 @asynccontextmanager
 async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[Client]:
-    """A client, starting the embedded dev server and a worker when nothing is configured."""
-    if not settings.temporal_address:
-        settings = dev_keys(settings)  # the key `errands dev --encrypt` made, if it did
-    if settings.temporal_address:
-        temporal = await connect(settings.temporal_address, settings.temporal_namespace)
+    """A client on the configured Temporal (flags, ``TEMPORAL_*``, a ``temporal.toml``
+    profile), else on a running `errands dev`, else on the embedded dev server and a worker
+    started here when nothing else is configured."""
+    if resolve(settings).configured:
+        temporal = await connect(settings)
         async with Client(temporal, settings) as client:
             yield client
         return
+    settings = dev_keys(settings)  # the embedded stack's key, if `errands dev --encrypt` made one
+    local = f"127.0.0.1:{settings.dev_port}"
     if port_open("127.0.0.1", settings.dev_port):
         # Someone's `errands dev` is running: it has the worker.
-        temporal = await connect(f"127.0.0.1:{settings.dev_port}", settings.temporal_namespace)
+        temporal = await connect(settings)  # checks no TLS material is set without an address
         async with Client(temporal, settings) as client:
             yield client
         return
     if not need_worker_here:
         raise ConfigError(
-            "no Temporal server is configured or running; set TEMPORAL_ADDRESS or start the "
-            "embedded stack with `errands dev`",
+            "no Temporal server is configured or running; set TEMPORAL_ADDRESS (or a "
+            "temporal.toml profile with TEMPORAL_PROFILE, or --address) or start the embedded "
+            f"stack with `errands dev` (it listens on {local})",
             setting="TEMPORAL_ADDRESS",
         )
+    check_unconfigured(resolve(settings))
     from errands.workers import running_workers
 
     store = open_store(settings.session_database_url())
     try:
         note(f"errands: starting the embedded Temporal dev server (data in {settings.data_dir}/)")
         async with dev_server(settings) as server:
-            temporal = await connect(server.address, settings.temporal_namespace)
+            temporal = await connect(settings, address=server.address, embedded=True)
             async with running_workers(temporal, settings, store=store):
                 yield Client(temporal, settings, store=store)
     finally:

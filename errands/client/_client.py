@@ -14,12 +14,12 @@ from typing import TypedDict, Unpack
 from temporalio.client import Client as TemporalClient
 from temporalio.client import Interceptor, Plugin
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
-from errands.adapters.encryption import SessionTags, encrypting, session_tags
+from errands.adapters import connection as connections
+from errands.adapters.encryption import SessionTags, data_converter, encrypting, session_tags
 from errands.adapters.store import SessionStore, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
@@ -28,6 +28,7 @@ from errands.client._input import checked
 from errands.client._refusals import refusal
 from errands.client._sessions import session_of, session_query, start_memo
 from errands.client._task_calls import TASK_WORKFLOW
+from errands.client._upgrade import TaskOnOldVersion, upgrade
 from errands.contracts import ids, limits, search
 from errands.contracts.messages import StoredMessage
 from errands.contracts.workflows import TaskInput, TaskResult
@@ -40,28 +41,36 @@ request fails with ``NoWorker`` instead of waiting for one indefinitely."""
 
 
 async def connect(
-    address: str,
-    namespace: str = "default",
+    settings: Settings | None = None,
     *,
+    address: str | None = None,
+    namespace: str | None = None,
+    embedded: bool = False,
     runtime: Runtime | None = None,
     interceptors: Sequence[Interceptor] = (),
     plugins: Sequence[Plugin] = (),
 ) -> TemporalClient:
-    """A Temporal client with the pydantic data converter errands' payloads need."""
-    try:
-        return await TemporalClient.connect(
-            address,
-            namespace=namespace,
-            data_converter=pydantic_data_converter,
-            runtime=runtime,
-            interceptors=interceptors,
-            plugins=plugins,
-        )
-    except RuntimeError as error:  # what Client.connect raises when it cannot connect
-        raise TemporalUnreachable(
-            f"cannot connect to Temporal at {address} ({error}); check TEMPORAL_ADDRESS and "
-            "that the server is up, or start the embedded stack with `errands dev`"
-        ) from None
+    """A Temporal client as ``settings`` (default: from the environment) configure it, through
+    ``temporalio.envconfig``: ``address`` and ``namespace`` as flags, then the ``TEMPORAL_*``
+    variables, then the ``temporal.toml`` profile, then a running ``errands dev`` on
+    ``127.0.0.1:ERRANDS_DEV_PORT``. ``embedded``: ``address`` is errands' own dev server (plain
+    gRPC, nothing of the profile). The data converter is errands' (encrypting with keys set).
+    ``ConfigError`` for bad material or a refusal, ``TemporalUnreachable`` for no answer."""
+    settings = settings or load_settings()
+    if embedded and address is not None:
+        connection = connections.embedded(address, settings)
+    else:
+        connection = connections.resolve(settings, address=address, namespace=namespace)
+        if not connection.configured:
+            connections.check_unconfigured(connection)
+            connection = connections.embedded(f"127.0.0.1:{settings.dev_port}", settings)
+    return await connections.open_client(
+        connection,
+        data_converter(settings),
+        runtime=runtime,
+        interceptors=interceptors,
+        plugins=plugins,
+    )
 
 
 def new_task_id(session_id: str, *, private: bool = False) -> str:
@@ -184,11 +193,11 @@ class Client:
         *,
         store: SessionStore | None = None,
     ) -> Client:
-        """Connect to ``address`` (default ``TEMPORAL_ADDRESS``, else a running ``errands dev``
-        on ``127.0.0.1:ERRANDS_DEV_PORT``)."""
+        """Connect as ``connect`` does: ``address`` and ``namespace`` over the ``TEMPORAL_*``
+        variables and the ``temporal.toml`` profile, else a running ``errands dev`` on
+        ``127.0.0.1:ERRANDS_DEV_PORT``."""
         settings = settings or load_settings()
-        address = address or settings.temporal_address or f"127.0.0.1:{settings.dev_port}"
-        temporal = await connect(address, namespace or settings.temporal_namespace)
+        temporal = await connect(settings, address=address, namespace=namespace)
         return cls(temporal, settings, store=store)
 
     @property
@@ -295,6 +304,14 @@ class Client:
                 )
             )
         return summaries
+
+    async def upgrade(
+        self, from_build: str, *, deployment: str | None = None, dry_run: bool = False
+    ) -> list[TaskOnOldVersion]:
+        """The running tasks still pinned to build ``from_build`` of the worker deployment
+        (default ``ERRANDS_DEPLOYMENT_NAME``), each woken so it moves to the current version
+        (unless ``dry_run``): see ``errands.client._upgrade``."""
+        return await upgrade(self, from_build, deployment=deployment, dry_run=dry_run)
 
     # -- the session store ------------------------------------------------------------------
 

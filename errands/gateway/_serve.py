@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import uvicorn
 from fastapi import FastAPI
 
+from errands.adapters.connection import resolve
 from errands.adapters.devserver import port_open
 from errands.adapters.store import open_store
 from errands.adapters.telemetry import configure_logging
@@ -106,22 +107,23 @@ async def serving(
 
 
 async def serve(settings: Settings, host: str, port: int, token: str | None) -> None:
-    """``errands serve``: the gateway against ``TEMPORAL_ADDRESS`` (or a running `errands dev`),
-    in the foreground until cancelled (the CLI cancels it on SIGTERM, SIGHUP and Ctrl-C), then
-    shut down gracefully. Logs go to stderr as ``ERRANDS_LOG_*`` say."""
+    """``errands serve``: the gateway against the configured Temporal (flags, ``TEMPORAL_*``, a
+    ``temporal.toml`` profile) or a running `errands dev`, in the foreground until cancelled
+    (the CLI cancels it on SIGTERM, SIGHUP and Ctrl-C), then shut down gracefully. Logs go to
+    stderr as ``ERRANDS_LOG_*`` say."""
     check_binding(host, token, settings.allowed_hosts)
     configure_logging(settings.log_level, json=settings.log_json)
-    address = settings.temporal_address
-    if not address:
-        if not port_open("127.0.0.1", settings.dev_port):
-            raise ConfigError(
-                "no Temporal server is configured or running; set TEMPORAL_ADDRESS or start "
-                "the embedded stack with `errands dev`",
-                setting="TEMPORAL_ADDRESS",
-            )
-        address = f"127.0.0.1:{settings.dev_port}"
+    connection = resolve(settings)
+    address = connection.address or f"127.0.0.1:{settings.dev_port}"
+    if not connection.configured and not port_open("127.0.0.1", settings.dev_port):
+        raise ConfigError(
+            "no Temporal server is configured or running; set TEMPORAL_ADDRESS (or a "
+            "temporal.toml profile with TEMPORAL_PROFILE, or --address) or start the embedded "
+            "stack with `errands dev`",
+            setting="TEMPORAL_ADDRESS",
+        )
     with _listening_socket(host, port) as sock:
-        temporal = await connect(address, settings.temporal_namespace)
+        temporal = await connect(settings)
         # The gateway and its workers share the store: open it (creating it) up front.
         store = open_store(settings.session_database_url())
         try:

@@ -4,13 +4,15 @@ and a check whose ``ValueError`` says what the variable accepts."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import (
     Field,
     HttpUrl,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -20,10 +22,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
+from errands.adapters.temporal_profile import resolve
 from errands.agent.model_catalog import model_catalog
 from errands.agent.pricing import price_table
 from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
 from errands.contracts.workflows import RoundSettings, model_queue
+from errands.errors import ErrandsError
 from errands.settings._parse import (
     HOST,
     IDENTIFIERS,
@@ -51,6 +55,7 @@ class Settings(BaseSettings):
         env_ignore_empty=True,
         use_attribute_docstrings=True,
     )
+    _flags = cast("frozenset[str]", PrivateAttr(default_factory=frozenset))  # given_as_flags()
 
     # -- where things are --------------------------------------------------------------------
 
@@ -462,7 +467,14 @@ class Settings(BaseSettings):
             return str(self.temporal_ui_url).rstrip("/")
         if self.temporal_address:
             return None
-        return f"http://127.0.0.1:{self.dev_ui_port}"
+        with contextlib.suppress(ErrandsError):  # unreadable: the connection will say why
+            if not resolve(self).configured:  # nor a profile names a server
+                return f"http://127.0.0.1:{self.dev_ui_port}"
+        return None
+
+    def given_as_flags(self) -> frozenset[str]:
+        """Fields given by flags (``load_settings``' overrides), not by variables."""
+        return frozenset(self._flags)
 
     def default_model(self) -> tuple[str, str | None]:
         """The model to use and, when it is the offline demo, a one-line note saying why."""

@@ -28,10 +28,12 @@ def load_settings(**overrides: object) -> Settings:
     values: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
     _check_encoding()
     try:
-        return Settings(**values)
+        settings = Settings(**values)
     except ValidationError as error:
         # `from None`: the pydantic error repeats every bad input, secrets included.
         raise _config_error(error) from None
+    settings._flags = frozenset(_FIELD_OF[key] for key in values)
+    return settings
 
 
 def render_report(report: dict[str, dict[str, Any]]) -> str:

@@ -1,0 +1,322 @@
+"""Which Temporal errands reaches, and why: the connection resolved through
+``temporalio.envconfig`` from flags, ``TEMPORAL_*`` variables and a ``temporal.toml`` profile,
+with where each value came from.
+
+Precedence (Temporal's own, with flags on top): a flag, then a ``TEMPORAL_*`` variable, then the
+profile (``TEMPORAL_PROFILE``, default ``default``, of ``TEMPORAL_CONFIG_FILE`` or Temporal's
+default file), then errands' default: the embedded dev server. The variables reach envconfig as
+its environment overrides, so what it merges is exactly what Temporal's CLI would use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from temporalio.envconfig import ClientConfig, ClientConfigProfile, DataSource
+
+from errands.errors import ConfigError
+
+if TYPE_CHECKING:
+    from errands.settings import Settings
+
+VARIABLES = {
+    "address": "TEMPORAL_ADDRESS",
+    "namespace": "TEMPORAL_NAMESPACE",
+    "api_key": "TEMPORAL_API_KEY",
+    "tls": "TEMPORAL_TLS",
+    "server_name": "TEMPORAL_TLS_SERVER_NAME",
+    "server_ca_cert": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "client_cert": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "client_key": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+}
+"""Each part of a connection by the variable that sets it."""
+FIELDS = {
+    "address": "temporal_address",
+    "namespace": "temporal_namespace",
+    "api_key": "temporal_api_key",
+    "tls": "temporal_tls",
+    "server_name": "temporal_tls_server_name",
+    "server_ca_cert": "temporal_tls_server_ca_cert_path",
+    "client_cert": "temporal_tls_client_cert_path",
+    "client_key": "temporal_tls_client_key_path",
+}
+"""Each part by its field of the settings."""
+PROFILE_KEYS = {
+    "address": "address",
+    "namespace": "namespace",
+    "api_key": "api_key",
+    "tls": "tls.disabled",
+    "server_name": "tls.server_name",
+    "server_ca_cert": "tls.server_ca_cert_path",
+    "client_cert": "tls.client_cert_path",
+    "client_key": "tls.client_key_path",
+}
+"""Each part by its key in a ``temporal.toml`` profile (Temporal's format)."""
+FLAGS = {"address": "--address", "namespace": "--namespace"}
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach Temporal, each part with where it came from (``sources``: ``flag --x``,
+    ``TEMPORAL_X``, ``profile P in FILE`` or ``default``)."""
+
+    address: str | None
+    """None: nothing configured it, so errands uses the embedded dev server."""
+    namespace: str
+    api_key: str | None = None
+    tls: bool = False
+    server_name: str | None = None
+    server_ca_cert: DataSource | None = None
+    """A Path (a file to read) or the PEM itself (a profile's ``*_data``)."""
+    client_cert: DataSource | None = None
+    client_key: DataSource | None = None
+    rpc_metadata: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+    profile: str | None = None
+    """``profile NAME in FILE`` when a profile was read."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether a flag, a variable or a profile named a server (else: the embedded one)."""
+        return self.address is not None
+
+    def source(self, part: str) -> str:
+        return self.sources.get(part, "default")
+
+    def entry(self, part: str) -> str:
+        """What to fix for ``part``, as a person would find it: a flag, a variable, or a key of
+        the profile in its file; a part nobody set is named by its variable."""
+        source = self.source(part)
+        if source.startswith("flag "):
+            return source.removeprefix("flag ")
+        if source.startswith("profile "):
+            return f"{PROFILE_KEYS[part]} of {source}"
+        return VARIABLES[part]
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """Each part with its value (the API key masked, a PEM given inline as ``inline``) and
+        its source: what ``errands config`` shows."""
+        values: dict[str, Any] = {
+            "address": self.address or "the embedded dev server",
+            "namespace": self.namespace,
+            "tls": self.tls,
+            "server_name": self.server_name,
+            "server_ca_cert": _shown_source(self.server_ca_cert),
+            "client_cert": _shown_source(self.client_cert),
+            "client_key": _shown_source(self.client_key),
+            "api_key": _masked(self.api_key),
+        }
+        return {
+            part: {"value": value, "source": self.source(part), "variable": VARIABLES[part]}
+            for part, value in values.items()
+        }
+
+
+def resolve(
+    settings: Settings, *, address: str | None = None, namespace: str | None = None
+) -> Connection:
+    """The connection ``settings`` describe, with ``address`` and ``namespace`` as flags over
+    them. ``ConfigError`` for a config file or profile that cannot be read; the TLS material
+    itself is checked when connecting (``check_material``), so ``errands config`` still shows it."""
+    file = _config_file(settings)
+    name = settings.temporal_profile or "default"
+    where = f"profile {name} in {file}" if file else None
+    from_profile = _load(settings, file, {}, disable_env=True)
+    flags = settings.given_as_flags()
+    given: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for part, field_name in FIELDS.items():
+        value = getattr(settings, field_name)
+        if value is None or field_name not in settings.model_fields_set:
+            continue
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        given[VARIABLES[part]] = str(value).lower() if isinstance(value, bool) else str(value)
+        sources[part] = f"flag {_flag(part)}" if field_name in flags else VARIABLES[part]
+    for part, value in (("address", address), ("namespace", namespace)):
+        if value is not None:
+            given[VARIABLES[part]] = value
+            sources[part] = f"flag {FLAGS[part]}"
+    merged = _load(settings, file, given, disable_env=False)
+    for part, value in _parts(from_profile).items():
+        if value is not None and part not in sources and where:
+            sources[part] = where
+    tls_config = merged.tls
+    api_key = merged.api_key
+    tls = bool(api_key) or tls_config is not None
+    if tls_config is not None and tls_config.disabled is not None:
+        tls = not tls_config.disabled
+    if "tls" not in sources:
+        # On because something implies it: say what.
+        implied = (
+            "api_key"
+            if api_key
+            else next(
+                (
+                    p
+                    for p in ("server_ca_cert", "client_cert", "client_key", "server_name")
+                    if _parts(merged).get(p) is not None
+                ),
+                None,
+            )
+        )
+        if tls and implied:
+            sources["tls"] = f"implied by {_named(implied, sources, where)}"
+    return Connection(
+        address=merged.address or None,
+        namespace=merged.namespace or settings.temporal_namespace,
+        api_key=api_key or None,
+        tls=tls,
+        server_name=tls_config.server_name if tls_config else None,
+        server_ca_cert=tls_config.server_root_ca_cert if tls_config else None,
+        client_cert=tls_config.client_cert if tls_config else None,
+        client_key=tls_config.client_private_key if tls_config else None,
+        rpc_metadata=dict(merged.grpc_meta),
+        sources=sources,
+        profile=where,
+    )
+
+
+def embedded(address: str, settings: Settings) -> Connection:
+    """The embedded dev server at ``address``: plain gRPC, no key, whatever else is set."""
+    return Connection(
+        address=address,
+        namespace=settings.temporal_namespace,
+        sources={"address": "the embedded dev server"},
+    )
+
+
+def check_unconfigured(connection: Connection) -> None:
+    """Refuse TLS material with no server to use it on (the embedded one takes none)."""
+    given = [p for p in ("api_key", "client_cert", "server_ca_cert") if p in connection.sources]
+    if given:
+        raise ConfigError(
+            f"{connection.entry(given[0])} is set but no Temporal address is: set "
+            "TEMPORAL_ADDRESS (or the profile's address, or --address) to the server it is for",
+            setting="TEMPORAL_ADDRESS",
+        )
+
+
+def default_config_file() -> Path:
+    """Where Temporal looks for ``temporal.toml`` when ``TEMPORAL_CONFIG_FILE`` is unset (the
+    user's configuration directory, as Temporal's CLI and SDKs find it)."""
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    elif sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
+    else:
+        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "temporalio" / "temporal.toml"
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _config_file(settings: Settings) -> Path | None:
+    file = settings.temporal_config_file
+    if file is None:
+        default = default_config_file()
+        return default if default.is_file() else None
+    if not file.exists():
+        raise ConfigError(
+            f"TEMPORAL_CONFIG_FILE={file}: no such file; give the path of a temporal.toml "
+            "(`temporal config set` writes one) or unset it",
+            setting="TEMPORAL_CONFIG_FILE",
+        )
+    if not file.is_file() or not os.access(file, os.R_OK):
+        raise ConfigError(
+            f"TEMPORAL_CONFIG_FILE={file} is not a readable file; fix its permissions or the path",
+            setting="TEMPORAL_CONFIG_FILE",
+        )
+    return file
+
+
+def _load(
+    settings: Settings, file: Path | None, env: dict[str, str], *, disable_env: bool
+) -> ClientConfigProfile:
+    if file is None and disable_env:
+        if settings.temporal_profile:
+            raise _profile_error(settings, None, ValueError("not found"))
+        return ClientConfigProfile()
+    try:
+        return ClientConfigProfile.load(
+            profile=settings.temporal_profile,
+            config_source=file,
+            disable_file=file is None,
+            disable_env=disable_env,
+            override_env_vars=env,
+        )
+    except Exception as error:  # noqa: BLE001  # the bridge's ConfigError (its own class)
+        raise _profile_error(settings, file, error) from None
+
+
+def _profile_error(settings: Settings, file: Path | None, error: Exception) -> ConfigError:
+    reason = " ".join(str(error).split())
+    profile = settings.temporal_profile
+    if profile and "not found" in reason:
+        where = str(file) if file else f"no temporal.toml (looked for {default_config_file()})"
+        known = _profiles(file)
+        listed = f" (it has {', '.join(known)})" if known else ""
+        return ConfigError(
+            f"TEMPORAL_PROFILE={profile}: no such profile in {where}{listed}; name a profile "
+            "of the file (or set TEMPORAL_CONFIG_FILE to the file that has it)",
+            setting="TEMPORAL_PROFILE",
+        )
+    shown = file or default_config_file()
+    return ConfigError(
+        f"cannot read the Temporal profile in {shown}: {reason}; fix the file "
+        "(TEMPORAL_CONFIG_FILE) or point TEMPORAL_CONFIG_FILE at another one",
+        setting="TEMPORAL_CONFIG_FILE",
+    )
+
+
+def _profiles(file: Path | None) -> list[str]:
+    if file is None:
+        return []
+    try:
+        return sorted(ClientConfig.load(config_source=file, override_env_vars={}).profiles)
+    except Exception:  # noqa: BLE001  # the file's own error is reported elsewhere
+        return []
+
+
+def _parts(profile: ClientConfigProfile) -> dict[str, Any]:
+    tls = profile.tls
+    return {
+        "address": profile.address,
+        "namespace": profile.namespace,
+        "api_key": profile.api_key,
+        "tls": tls.disabled if tls else None,
+        "server_name": tls.server_name if tls else None,
+        "server_ca_cert": tls.server_root_ca_cert if tls else None,
+        "client_cert": tls.client_cert if tls else None,
+        "client_key": tls.client_private_key if tls else None,
+    }
+
+
+def _flag(part: str) -> str:
+    return FLAGS.get(part, VARIABLES[part])
+
+
+def _named(part: str, sources: Mapping[str, str], where: str | None) -> str:
+    source = sources.get(part)
+    if source is None or source.startswith("profile "):
+        return f"{PROFILE_KEYS[part]} of {where}" if where else VARIABLES[part]
+    return source.removeprefix("flag ")
+
+
+def _shown_source(source: DataSource | None) -> str | None:
+    if source is None:
+        return None
+    return str(source) if isinstance(source, Path) else "inline PEM"
+
+
+def _masked(key: str | None) -> str | None:
+    """An API key as the settings report shows secrets: its last four characters at most."""
+    if key is None:
+        return None
+    return f"****{key[-4:]}" if len(key) >= 16 else "set"
