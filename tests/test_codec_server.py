@@ -34,7 +34,7 @@ from errands.cli import main
 from errands.gateway import codec_origins, codec_serving, create_codec_app
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.conftest import ROOT, read_stderr_until, start_cli
+from tests.conftest import ROOT, read_stderr_until, run_cli, start_cli
 from tests.helpers import DATABASE, ask, delegate, eventually, final
 
 TOKEN = secrets.token_urlsafe(32)
@@ -315,18 +315,24 @@ async def test_a_task_with_encryption_on_is_unreadable_raw_and_readable_through_
 # -- errands dev --encrypt -----------------------------------------------------------------------
 
 
-def dev_env(data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ERRANDS_", "TEMPORAL_"))}
-    env.update(ERRANDS_DATA_DIR=str(data_dir), PYTHONPATH=str(ROOT))
+def dev_env(data_dir: Path, port: int) -> dict[str, str]:
+    """The environment of a user with nothing configured (the offline demo model)."""
+    unset = ("ERRANDS_", "TEMPORAL_", "OPENAI_", "ANTHROPIC_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(unset)}
+    env.update(ERRANDS_DATA_DIR=str(data_dir), ERRANDS_DEV_PORT=str(port), PYTHONPATH=str(ROOT))
     return env
 
 
-async def run_dev(data_dir: Path) -> tuple[str, dict[str, Any]]:
+async def run_dev(
+    data_dir: Path, task: str | None = None, earlier: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """Start ``errands dev --encrypt`` on free ports, read what it printed and what its UI and
-    codec server answer, and stop it."""
+    codec server answer (with ``task``, the history of a task `errands run` ran on it, raw and
+    through the codec server; with ``earlier``, that task's history through the codec), and
+    stop it."""
     port, ui_port, codec_port = free_port(), free_port(), free_port()
     proc = await start_cli(
-        dev_env(data_dir),
+        dev_env(data_dir, port),
         "dev",
         "--encrypt",
         "--port",
@@ -360,6 +366,16 @@ async def run_dev(data_dir: Path) -> tuple[str, dict[str, Any]]:
             "decoded": from_json(opened.json()) if opened.status_code == 200 else opened.text,
             "ui": ui_settings.json(),
         }
+        address = f"127.0.0.1:{port}"
+        decoding = ("--codec-endpoint", codec)
+        if earlier is not None:
+            answers["earlier"] = readable(await temporal_show(address, earlier, *decoding))
+        if task is not None:
+            ran = await run_cli(dev_env(data_dir, port), "run", task, "--json")
+            assert ran.code == 0, ran.stderr
+            task_id = answers["task_id"] = ran.json()["task_id"]
+            answers["history"] = readable(await temporal_show(address, task_id))
+            answers["history_decoded"] = readable(await temporal_show(address, task_id, *decoding))
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -370,7 +386,8 @@ async def run_dev(data_dir: Path) -> tuple[str, dict[str, Any]]:
 async def test_dev_encrypt_keeps_its_key_in_the_data_dir_and_runs_the_codec_for_its_ui(
     tmp_path: Path,
 ) -> None:
-    printed, answers = await run_dev(tmp_path)
+    task = f"Say hello. canary-{uuid.uuid4().hex[:10]}"
+    printed, answers = await run_dev(tmp_path, task)
     key_file = tmp_path / "encryption.keys"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     key = key_file.read_text()
@@ -379,8 +396,10 @@ async def test_dev_encrypt_keeps_its_key_in_the_data_dir_and_runs_the_codec_for_
     assert answers["preflight"] == 200
     assert answers["decoded"] == [PLAIN]
     assert answers["ui"]["Codec"]["Endpoint"] == answers["codec"]
+    assert ENCRYPTED_ENCODING in answers["history"] and task not in answers["history"]
+    assert task in answers["history_decoded"], "the dev worker and CLI encrypt with the key"
 
-    again, answers = await run_dev(tmp_path)
+    again, answers = await run_dev(tmp_path, earlier=answers["task_id"])
     assert key_file.read_text() == key, "the second start reuses the key"
     assert "made an encryption key" not in again
-    assert answers["decoded"] == [PLAIN]
+    assert task in answers["earlier"], "the first run's task is readable in the second"
