@@ -193,8 +193,9 @@ def embedded(address: str, settings: Settings) -> Connection:
 
 def check_unconfigured(connection: Connection) -> None:
     """Refuse TLS material with no server to use it on (the embedded one takes none)."""
-    given = [p for p in ("api_key", "client_cert", "server_ca_cert") if p in connection.sources]
-    if given:
+    parts = ("api_key", "client_cert", "client_key", "server_ca_cert")
+    given = [p for p in parts if p in connection.sources]
+    if given and not connection.configured:
         raise ConfigError(
             f"{connection.entry(given[0])} is set but no Temporal address is: set "
             "TEMPORAL_ADDRESS (or the profile's address, or --address) to the server it is for",
