@@ -60,12 +60,14 @@ class Settings(BaseSettings):
     # -- where things are --------------------------------------------------------------------
 
     temporal_address: str | None = Field(default=None, alias="TEMPORAL_ADDRESS")
-    """Where the Temporal frontend listens, as ``host:port``.
+    """Where the Temporal frontend listens, as ``host:port`` (``--address`` wins over it).
 
-    Unset: a server on 127.0.0.1:<ERRANDS_DEV_PORT> if one listens, else the CLI starts the
-    embedded dev server."""
+    Unset: the TEMPORAL_PROFILE profile's address; with none, a server on
+    127.0.0.1:<ERRANDS_DEV_PORT> if one listens, else the CLI starts the embedded dev server."""
     temporal_namespace: str = Field(default="default", min_length=1, alias="TEMPORAL_NAMESPACE")
-    """The Temporal namespace tasks run in."""
+    """The Temporal namespace tasks run in (``--namespace`` wins over it).
+
+    Unset: the TEMPORAL_PROFILE profile's namespace, else ``default``."""
     task_queue: str = Field(default="errands", min_length=1, alias="ERRANDS_TASK_QUEUE")
     """The task queue workers poll and frontends start tasks on."""
     data_dir: Path = Field(default=Path(".errands"), alias="ERRANDS_DATA_DIR")
@@ -82,17 +84,18 @@ class Settings(BaseSettings):
     """The Temporal UI's base URL, where frontends link each task (the web page, ``errands
     watch``).
 
-    Unset: the embedded dev server's UI (``http://127.0.0.1:<ERRANDS_DEV_UI_PORT>``) when
-    ``TEMPORAL_ADDRESS`` is unset, else no link."""
+    Unset: the embedded dev server's UI (``http://127.0.0.1:<ERRANDS_DEV_UI_PORT>``) when no
+    Temporal is configured (no TEMPORAL_ADDRESS, no profile address), else no link."""
 
     # -- a secured cluster: read through temporalio.envconfig (docs/operations.md) -----------
 
     temporal_config_file: Path | None = Field(default=None, alias="TEMPORAL_CONFIG_FILE")
-    """The ``temporal.toml`` whose profile gives the connection (Temporal's own format).
+    """The ``temporal.toml`` whose profile gives the connection (Temporal's own format;
+    ``--config-file`` wins over it).
 
     Unset: Temporal's default file (``~/.config/temporalio/temporal.toml``) if it exists."""
     temporal_profile: str | None = Field(default=None, alias="TEMPORAL_PROFILE")
-    """The profile of that file to use; unset: ``default``."""
+    """The profile of that file to use (``--profile`` wins over it); unset: ``default``."""
     temporal_api_key: SecretStr | None = Field(default=None, alias="TEMPORAL_API_KEY")
     """API key sent to Temporal (Temporal Cloud, or a proxy that checks one); turns TLS on."""
     temporal_tls: bool | None = Field(default=None, alias="TEMPORAL_TLS")
