@@ -122,7 +122,7 @@ def resolve(
 ) -> Connection:
     """The connection ``settings`` describe, with ``address`` and ``namespace`` as flags over
     them. ``ConfigError`` for a config file or profile that cannot be read; the TLS material
-    itself is checked when connecting (``check_material``), so ``errands config`` still shows it."""
+    itself is checked when connecting (``tls_config``), so ``errands config`` still shows it."""
     file = _config_file(settings)
     name = settings.temporal_profile or "default"
     where = f"profile {name} in {file}" if file else None
@@ -151,22 +151,8 @@ def resolve(
     tls = bool(api_key) or tls_config is not None
     if tls_config is not None and tls_config.disabled is not None:
         tls = not tls_config.disabled
-    if "tls" not in sources:
-        # On because something implies it: say what.
-        implied = (
-            "api_key"
-            if api_key
-            else next(
-                (
-                    p
-                    for p in ("server_ca_cert", "client_cert", "client_key", "server_name")
-                    if _parts(merged).get(p) is not None
-                ),
-                None,
-            )
-        )
-        if tls and implied:
-            sources["tls"] = f"implied by {_named(implied, sources, where)}"
+    if tls and "tls" not in sources:
+        sources["tls"] = _implied_tls(merged, sources, where)
     return Connection(
         address=merged.address or None,
         namespace=merged.namespace or settings.temporal_namespace,
@@ -297,6 +283,14 @@ def _parts(profile: ClientConfigProfile) -> dict[str, Any]:
         "client_cert": tls.client_cert if tls else None,
         "client_key": tls.client_private_key if tls else None,
     }
+
+
+def _implied_tls(merged: ClientConfigProfile, sources: Mapping[str, str], where: str | None) -> str:
+    """Why TLS is on when nothing set it: the API key, else the first TLS entry given."""
+    parts = _parts(merged)
+    given = ("api_key", "server_ca_cert", "client_cert", "client_key", "server_name")
+    implied = next((p for p in given if parts.get(p) is not None), "api_key")
+    return f"implied by {_named(implied, sources, where)}"
 
 
 def _flag(part: str) -> str:
