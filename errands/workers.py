@@ -17,6 +17,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Plugin, Worker
 
+from errands.adapters.connection import resolve
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore, open_store
 from errands.adapters.telemetry import configure_logging, runtime_with_metrics, tracing_interceptors
@@ -125,10 +126,11 @@ async def run_worker(settings: Settings) -> None:
     Raises ``ConfigError`` for a setting errands cannot use and an ``Unavailable`` error
     (``TemporalUnreachable``, ``StoreUnavailable``) for a service that does not answer.
     """
-    if not settings.temporal_address:
+    if not resolve(settings).configured:
         raise ConfigError(
-            "TEMPORAL_ADDRESS is not set; point it at a Temporal frontend "
-            "(or run `errands dev` for the embedded stack)",
+            "no Temporal server is configured: set TEMPORAL_ADDRESS (or a temporal.toml profile "
+            "with TEMPORAL_PROFILE, or --address) to a Temporal frontend, or run `errands dev` "
+            "for the embedded stack",
             setting="TEMPORAL_ADDRESS",
         )
     try:
@@ -140,8 +142,7 @@ async def run_worker(settings: Settings) -> None:
     except ValueError as error:
         raise ConfigError(str(error), setting="ERRANDS_METRICS_BIND") from None
     client = await connect(
-        settings.temporal_address,
-        settings.temporal_namespace,
+        settings,
         runtime=runtime,
         interceptors=tracing_interceptors() if settings.otel else (),
     )
