@@ -27,12 +27,14 @@ from typing import TYPE_CHECKING
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
+    PayloadConverter,
 )
 
 from errands.errors import ConfigError
@@ -117,6 +119,24 @@ def configured_keys(settings: Settings) -> dict[str, bytes] | None:
         ) from None
 
 
+class UnreadablePayload(ValueError):
+    """A payload names a key this process does not hold, or does not decrypt with the key of
+    its id. The message names key ids only, so it is shown in clear (``FailureConverter``)."""
+
+
+class FailureConverter(DefaultFailureConverterWithEncodedAttributes):
+    """Failures' messages and stack traces go into an encoded payload, so the codec encrypts
+    them; except an unreadable payload's: it names key ids only, and must be read by whoever
+    lacks the key (a query's caller gets the message alone)."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        if isinstance(exception, UnreadablePayload):
+            failure.message = str(exception)
+
+
 class AesGcmCodec(PayloadCodec):
     """AES-256-GCM over whole payloads (metadata included): the first key encrypts, every key
     decrypts what names it; payloads that are not encrypted pass through."""
@@ -151,7 +171,7 @@ class AesGcmCodec(PayloadCodec):
         key_id = payload.metadata.get(KEY_ID, b"").decode(errors="replace")
         cipher = self._ciphers.get(key_id)
         if cipher is None:
-            raise ValueError(
+            raise UnreadablePayload(
                 f"a payload is encrypted with key {key_id!r}, which the configured keys "
                 f"({', '.join(self._ciphers)}) do not hold; add it back to "
                 "ERRANDS_ENCRYPTION_KEYS (after the first) to read it"
@@ -160,7 +180,7 @@ class AesGcmCodec(PayloadCodec):
         try:
             plain = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], key_id.encode())
         except InvalidTag:
-            raise ValueError(
+            raise UnreadablePayload(
                 f"a payload encrypted with key {key_id!r} does not decrypt with the key of that "
                 "id: the key was changed under the same id, or the payload was altered"
             ) from None
@@ -188,7 +208,7 @@ def encrypted(converter: DataConverter, keys: Mapping[str, bytes]) -> DataConver
     return replace(
         converter,
         payload_codec=AesGcmCodec(keys),
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        failure_converter_class=FailureConverter,
     )
 
 
@@ -209,9 +229,7 @@ def with_encryption(converter: DataConverter, keys: Mapping[str, bytes] | None) 
             setting="ERRANDS_ENCRYPTION_KEYS",
         )
     if converter.failure_converter_class is DefaultFailureConverter:
-        return replace(
-            converter, failure_converter_class=DefaultFailureConverterWithEncodedAttributes
-        )
+        return replace(converter, failure_converter_class=FailureConverter)
     return converter
 
 
@@ -265,6 +283,8 @@ __all__ = [
     "ENCODING",
     "KEY_ID",
     "AesGcmCodec",
+    "FailureConverter",
+    "UnreadablePayload",
     "SessionTags",
     "configured_keys",
     "data_converter",
