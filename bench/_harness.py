@@ -30,11 +30,11 @@ from bench._floor import FloorChild, FloorPlan, FloorTask, floor_noop
 from bench._measure import history_of
 from bench._model import responder
 from errands.adapters.devserver import DevServer, free_port, port_open
+from errands.adapters.encryption import data_converter
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
-from errands.client import connect
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
@@ -72,7 +72,11 @@ class Stack:
         await asyncio.to_thread(self.server.start)
         self.model.start()
         self.store = open_store(self.database_url)
-        self.client = await connect(self.server.address)
+        # The converter every errands client carries (pydantic payloads; these settings
+        # encrypt nothing), on the benchmark's own server.
+        self.client = await Client.connect(
+            self.server.address, data_converter=data_converter(self.settings())
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
