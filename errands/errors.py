@@ -4,6 +4,7 @@
 
     ErrandsError                  what happened and what to do next, in its message
     ├── ConfigError               the operator's configuration: fix the named setting
+    │   └── UnreadablePayload     a payload's encryption key is not among the configured keys
     ├── Unavailable               a service did not answer or start: retry later
     │   ├── TemporalUnreachable   no Temporal frontend at the address
     │   ├── StoreUnavailable      the session store's database could not be opened
@@ -102,6 +103,16 @@ class ConfigError(ErrandsError):
     def __init__(self, message: str, *, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class UnreadablePayload(ConfigError, ValueError):
+    """A payload names an encryption key this process does not hold, or does not decrypt with
+    the key of its id. The message names key ids only, never a key or what the payload holds,
+    so it stays readable where the key is missing. Also a ValueError, as a codec's failure to
+    decode is."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, setting="ERRANDS_ENCRYPTION_KEYS")
 
 
 # -- a service that did not answer: retry later -----------------------------------------------
@@ -277,5 +288,6 @@ __all__ = [
     "TemporalUnreachable",
     "Unauthorized",
     "Unavailable",
+    "UnreadablePayload",
     "failure_kind",
 ]

@@ -37,7 +37,7 @@ from temporalio.converter import (
     PayloadConverter,
 )
 
-from errands.errors import ConfigError
+from errands.errors import ConfigError, UnreadablePayload
 
 if TYPE_CHECKING:
     from errands.settings import Settings
@@ -117,11 +117,6 @@ def configured_keys(settings: Settings) -> dict[str, bytes] | None:
         raise ConfigError(
             f"{source} is wrong: {error}", setting="ERRANDS_ENCRYPTION_KEYS"
         ) from None
-
-
-class UnreadablePayload(ValueError):
-    """A payload names a key this process does not hold, or does not decrypt with the key of
-    its id. The message names key ids only, so it is shown in clear (``FailureConverter``)."""
 
 
 class FailureConverter(DefaultFailureConverterWithEncodedAttributes):
