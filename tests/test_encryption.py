@@ -243,13 +243,20 @@ async def test_nothing_a_user_wrote_nor_the_session_id_is_readable_in_raw_histor
         runs = await runs_of(s.temporal, handle.task_id)
         workflows = {workflow_id for workflow_id, _ in runs}
         assert len(workflows) == 4, f"the task, its two branches and the queued task: {runs}"
-        assert len([r for r in runs if r[0] == handle.task_id]) > 1, "it continued as new"
+        raws = {}
         for workflow_id, run_id in runs:
-            raw = await raw_history(dev_server, workflow_id, run_id)
+            raw = raws[workflow_id, run_id] = await raw_history(dev_server, workflow_id, run_id)
             shown = readable(raw)
             for secret in (session, text, answer, refused, steer, queued, side, failure):
                 assert secret not in shown, f"{secret} is readable in the history of {workflow_id}"
             assert key_ids(raw) == {"A"}, "every payload is encrypted, under the first key"
+        # What was checked is there: the task's summary (its text) and the failed model call.
+        task_runs = [r for r in runs if r[0] == handle.task_id]
+        assert len(task_runs) > 1, "it continued as new"
+        assert "userMetadata" in raws[task_runs[-1]]
+        queued_runs = [raw for (w, _), raw in raws.items() if w == result.next_task]
+        assert any("activityTaskFailedEventAttributes" in raw for raw in queued_runs)
+        assert all("Encoded failure" in raw for raw in queued_runs)
         described = await s.temporal.get_workflow_handle(handle.task_id).describe()
         tag = described.typed_search_attributes.get(SESSION)
         assert tag == s.client.session_tags.written(session), "the latest run keeps the digest"
