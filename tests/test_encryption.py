@@ -328,22 +328,28 @@ async def test_a_worker_missing_a_key_says_which_and_the_task_carries_on_once_it
     scripted.script("gpt-private", ask(DATABASE), final("Done."))
     async with stack(dev_server, settings, store, f"A={KEY_A}", queue) as s:
         handle = await s.client.start(canary("text"), model=MODEL)
-        await eventually(lambda: handle.pending_question(), "the question")
+        pending = await eventually(lambda: handle.pending_question(), "the question")
 
     async with stack(dev_server, settings, store, f"B={KEY_B}", queue) as s:
+        task = s.temporal.get_workflow_handle(handle.task_id)
         with pytest.raises(WorkflowQueryFailedError) as failed:
-            await s.temporal.get_workflow_handle(handle.task_id).query(
-                "status", result_type=TaskResult
-            )
+            await task.query("status", result_type=TaskResult)
         message = str(failed.value)
         assert "'A'" in message and "ERRANDS_ENCRYPTION_KEYS" in message
         assert "\n" not in message
+        # An answer arrives: the worker cannot read the task's history, and says why in it.
+        answer = {"question_set_id": pending["id"], "answers": {"q1": ["PostgreSQL"]}}
+        await task.signal("submit_answer", answer)
+
+        async def failed_task() -> bool:
+            raw = await raw_history(dev_server, handle.task_id)
+            return "workflowTaskFailedEventAttributes" in raw and "with key 'A'" in raw
+
+        await eventually(failed_task, "a failed workflow task naming key A", interval=0.5)
 
     async with stack(dev_server, settings, store, f"B={KEY_B},A={KEY_A}", queue) as s:
-        back = s.client.task(handle.task_id)
-        assert (await back.status()).status == "waiting_for_user"
-        await back.answer({"q1": "PostgreSQL"})
-        assert (await back.wait(timeout=60)).reply == "Done."
+        result = await s.client.task(handle.task_id).wait(timeout=60)
+        assert result.status == "replied" and result.reply == "Done."
 
 
 # -- without a server: the pieces ---------------------------------------------------------------
