@@ -283,6 +283,34 @@ async def _both_listed(
     return listed if {t.task_id for t in listed} == wanted else None
 
 
+async def test_a_message_queued_after_the_end_starts_a_private_task_of_the_same_session(
+    dev_server: DevServer, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    session, late = canary("session"), canary("late")
+    scripted.script("gpt-private", final("First done."), final("Second done."))
+    async with stack(
+        dev_server, settings, store, f"A={KEY_A}", f"late-{uuid.uuid4().hex[:6]}"
+    ) as s:
+        first = await s.client.start(canary("text"), session=session, model=MODEL)
+        assert (await first.wait(timeout=60)).reply == "First done."
+        receipt = await first.say(late, mode="queue")
+        assert receipt.status == "started" and receipt.task_id
+        second = s.client.task(receipt.task_id)
+        assert (await second.wait(timeout=60)).reply == "Second done."
+
+        raw = await raw_history(dev_server, receipt.task_id)
+        assert late not in readable(raw) and session not in readable(raw)
+        described = await s.temporal.get_workflow_handle(receipt.task_id).describe()
+        assert described.typed_search_attributes.get(SESSION) == s.client.session_tags.written(
+            session
+        )
+        listed = await eventually(
+            lambda: _both_listed(s.client, session, {first.task_id, receipt.task_id}),
+            "the session's two tasks in visibility",
+        )
+        assert {t.session_id for t in listed} == {session}
+
+
 async def test_keys_rotate_under_parked_tasks_and_plain_histories_still_read(
     dev_server: DevServer, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
 ) -> None:
