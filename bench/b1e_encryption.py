@@ -1,19 +1,24 @@
 """B1e: what payload encryption costs a task. B1's errands task (2 rounds, 3 branches) on two
 workers of the same process and server: one whose client and worker carry the AES-GCM codec
-(``ERRANDS_ENCRYPTION_KEYS`` set, ``errands.adapters.encryption.data_converter``), one without.
+(``ERRANDS_ENCRYPTION_KEYS`` set, ``errands.adapters.encryption.data_converter``), one without,
+and a third whose codec returns every payload as it is: what the SDK's handling of any codec
+costs (it walks every activation and completion for payloads once a codec is set), apart from
+AES-GCM itself.
 
-Tasks alternate, encrypted then plain then plain then encrypted, so drift in the machine's load
-and any ordering effect hit both alike; each is measured from the ``start_workflow`` call to its
-result. The encrypted tasks' histories are checked to hold encrypted payloads (and not the
-task's text), and the codec's own CPU time for one task's payloads is measured apart, so a gap
-can be told from noise.
+Tasks rotate (encrypted, plain, identity; then plain, identity, encrypted; …), so drift in the
+machine's load and any ordering effect hit all alike; each is measured from the
+``start_workflow`` call to its result, and by the CPU time this process (client, workers,
+scripted model server) spent on it. The encrypted tasks' histories are checked to hold encrypted
+payloads (and not the task's text), and the codec's own CPU time for one task's payloads is
+measured apart, so a gap can be told from noise.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
@@ -21,6 +26,8 @@ from google.protobuf.message import Message
 from pydantic import SecretStr
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 
 from bench._harness import Stack, stack_for
 from bench._measure import summary_ms
@@ -34,12 +41,24 @@ from errands.adapters.encryption import (
 )
 
 TITLE = "B1e · payload encryption on against off"
-FULL = {"tasks": 60, "warmup": 3}
+FULL = {"tasks": 300, "warmup": 5}
 SMOKE = {"tasks": 1, "warmup": 0}
 TARGET = 1.05
 MODEL = model_name(1, 3)
 TEXT = "Compare three ways to run this service and recommend one."
 CODEC_REPEATS = 200
+KINDS = ("on", "off", "identity")
+LABELS = {"on": "AES-GCM (on)", "off": "none (off)", "identity": "identity (no encryption)"}
+
+
+class IdentityCodec(PayloadCodec):
+    """A codec that changes nothing: the SDK's codec plumbing without any encryption."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
 
 
 def payloads_in(message: Message) -> Iterator[Payload]:
@@ -106,21 +125,33 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
         sealed_client = await Client.connect(
             stack.server.address, data_converter=data_converter(keyed)
         )
+        identity_client = await Client.connect(
+            stack.server.address,
+            data_converter=dataclasses.replace(
+                pydantic_data_converter, payload_codec=IdentityCodec()
+            ),
+        )
+        identity = stack.settings()
         await stack.worker(plain)
         await stack.worker(keyed, client=sealed_client)
+        await stack.worker(identity, client=identity_client)
         jobs = {
             "on": lambda: stack.run_task(keyed, MODEL, text=TEXT, client=sealed_client),
             "off": lambda: stack.run_task(plain, MODEL, text=TEXT),
+            "identity": lambda: stack.run_task(identity, MODEL, text=TEXT, client=identity_client),
         }
         for _ in range(warmup):
             for job in jobs.values():
                 await job()
-        times: dict[str, list[float]] = {"on": [], "off": []}
-        ids: dict[str, list[str]] = {"on": [], "off": []}
+        times: dict[str, list[float]] = {k: [] for k in KINDS}
+        cpu: dict[str, list[float]] = {k: [] for k in KINDS}
+        ids: dict[str, list[str]] = {k: [] for k in KINDS}
         for n in range(tasks):
-            # on, off, off, on, …: neither kind always runs right after the other.
-            for kind in ("on", "off") if n % 2 == 0 else ("off", "on"):
+            # Rotated: no kind always runs first, or right after the same other kind.
+            for kind in KINDS[n % 3 :] + KINDS[: n % 3]:
+                began = time.process_time()
                 elapsed, workflow_id = await jobs[kind]()
+                cpu[kind].append(time.process_time() - began)
                 times[kind].append(elapsed)
                 ids[kind].append(workflow_id)
 
@@ -130,11 +161,17 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
         plain_payloads, _ = await task_payloads(stack.client, ids["off"][0])
 
     on, off = statistics.median(times["on"]), statistics.median(times["off"])
+    pairs = [a / b for a, b in zip(times["on"], times["off"], strict=True)]
     return {
         "shape": "B1's errands task: round 0 delegates 3 branches, round 1 replies",
         "latency": {kind: summary_ms(values) for kind, values in times.items()},
         "ratio_on_to_off": round(on / off, 3),
         "ratio_of_minimums": round(min(times["on"]) / min(times["off"]), 3),
+        "median_of_paired_ratios": round(statistics.median(pairs), 3),
+        "ratio_identity_to_off": round(statistics.median(times["identity"]) / off, 3),
+        "cpu_ms_per_task": {
+            kind: round(statistics.median(values) * 1000, 1) for kind, values in cpu.items()
+        },
         "payloads_per_task": len(payloads),
         "payloads_encrypted_per_task": len(sealed),
         "payloads_not_encrypted": sorted(
@@ -169,14 +206,14 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Shape: {result['shape']}.",
         "",
-        "| encryption | median ms | p95 ms | min ms | max ms | n |",
-        "|---|---|---|---|---|---|",
+        "| codec | median ms | p95 ms | min ms | max ms | n | CPU ms a task (median) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for kind in ("on", "off"):
-        s = lat[kind]
+    for kind in KINDS:
+        s, cpu = lat[kind], result["cpu_ms_per_task"][kind]
         lines.append(
-            f"| {kind} | {s['median_ms']} | {s['p95_ms']} | {s['min_ms']} | {s['max_ms']} | "
-            f"{s['n']} |"
+            f"| {LABELS[kind]} | {s['median_ms']} | {s['p95_ms']} | {s['min_ms']} | "
+            f"{s['max_ms']} | {s['n']} | {cpu} |"
         )
     size = result["payload_bytes_per_task"]
     text_seen = "**yes**" if result["task_text_in_raw_history"] else "no"
@@ -184,7 +221,10 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"**Ratio (median on / median off): {result['ratio_on_to_off']}** (target ≤ {TARGET}); "
-        f"of the fastest runs {result['ratio_of_minimums']}.",
+        f"of the fastest runs {result['ratio_of_minimums']}; the median of each encrypted "
+        f"task's time over the plain one run beside it {result['median_of_paired_ratios']}. The "
+        f"identity codec's median over the plain: {result['ratio_identity_to_off']}. CPU is "
+        "what this process (client, workers, scripted model server) spent on one task.",
         "",
         f"An encrypted task's histories (the task and its branches) hold "
         f"{result['payloads_per_task']} payloads, {result['payloads_encrypted_per_task']} of "
