@@ -12,44 +12,29 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import dataclasses
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
-from temporalio.api.common.v1 import Payload
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowQueryFailedError
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, PayloadCodec
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 import errands
 from errands.adapters.devserver import DevServer
-from errands.adapters.encryption import (
-    ENCODING,
-    KEY_ID,
-    AesGcmCodec,
-    FailureConverter,
-    SessionTags,
-    data_converter,
-    new_key,
-    parse_keys,
-)
+from errands.adapters.encryption import KEY_ID, data_converter, new_key
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
-from errands.client import TaskSummary, new_task_id
-from errands.contracts.search import SESSION, session_filter
+from errands.client import TaskSummary
+from errands.contracts.search import SESSION
 from errands.contracts.workflows import TaskResult
-from errands.errors import ConfigError
-from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT
@@ -378,73 +363,3 @@ async def test_a_worker_missing_a_key_says_which_and_the_task_carries_on_once_it
     async with stack(dev_server, settings, store, f"B={KEY_B},A={KEY_A}", queue) as s:
         result = await s.client.task(handle.task_id).wait(timeout=60)
         assert result.status == "replied" and result.reply == "Done."
-
-
-# -- without a server: the pieces ---------------------------------------------------------------
-
-
-@pytest.mark.fast
-def test_with_keys_a_new_task_id_carries_no_session_id() -> None:
-    assert "my-secret-project" in new_task_id("my-secret-project")
-    private = {new_task_id("my-secret-project", private=True) for _ in range(1000)}
-    assert len(private) == 1000
-    assert all(t.startswith("task-") and "secret" not in t for t in private)
-
-
-@pytest.mark.fast
-def test_a_session_is_searched_by_every_keys_digest_and_its_own_id() -> None:
-    tags = SessionTags(parse_keys(f"B={KEY_B},A={KEY_A}"))
-    written = tags.written("s-mine")
-    assert written.startswith("B:") and "s-mine" not in written and tags.is_tag(written)
-    older = SessionTags(parse_keys(f"A={KEY_A}")).written("s-mine")
-    assert tags.searched("s-mine") == [written, older, "s-mine"]
-    assert session_filter(tags.searched("s-mine")) == (
-        f"ErrandsSession IN ('{written}', '{older}', 's-mine')"
-    )
-    assert not tags.is_tag("s-mine") and not tags.is_tag("C:" + "0" * 32)
-    assert session_filter(SessionTags(None).searched("s-mine")) == "ErrandsSession = 's-mine'"
-
-
-class OtherCodec(PayloadCodec):
-    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return list(payloads)
-
-    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return list(payloads)
-
-
-def configured(plugin: ErrandsPlugin, converter: DataConverter) -> DataConverter:
-    """The converter ``plugin`` gives a client that comes with ``converter``."""
-    config: Any = {"data_converter": converter}
-    return plugin.configure_client(config)["data_converter"]
-
-
-@pytest.mark.fast
-def test_the_plugin_adds_the_codec_keeps_a_users_own_without_keys_and_refuses_both() -> None:
-    keyed, plain = Settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(f"A={KEY_A}")), Settings()
-    converter = configured(ErrandsPlugin(keyed), DataConverter.default)
-    assert (
-        isinstance(converter.payload_codec, AesGcmCodec) and converter.payload_codec.key_id == "A"
-    )
-    assert converter.failure_converter_class is FailureConverter
-    assert configured(ErrandsPlugin(plain), DataConverter.default).payload_codec is None
-
-    theirs = dataclasses.replace(pydantic_data_converter, payload_codec=OtherCodec())
-    assert isinstance(configured(ErrandsPlugin(plain), theirs).payload_codec, OtherCodec)
-    with pytest.raises(ConfigError, match="already has a payload codec"):
-        configured(ErrandsPlugin(keyed), theirs)
-    same = data_converter(keyed)
-    assert configured(ErrandsPlugin(keyed), same) is same
-    other_key = data_converter(Settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(f"A={KEY_B}")))
-    with pytest.raises(ConfigError, match="already has a payload codec"):
-        configured(ErrandsPlugin(keyed), other_key)
-
-
-@pytest.mark.fast
-async def test_the_replayer_the_plugin_configures_reads_encrypted_payloads() -> None:
-    keyed = Settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(f"A={KEY_A}"))
-    replayer = Replayer(workflows=[], plugins=[ErrandsPlugin(keyed)])
-    converter = replayer.config(active_config=True)["data_converter"]
-    [sealed] = await data_converter(keyed).encode(["what a user wrote"])
-    assert sealed.metadata["encoding"] == ENCODING
-    assert await converter.decode([sealed], [str]) == ["what a user wrote"]
