@@ -23,7 +23,8 @@ from chaos._hostile import hostile_input
 from chaos._probes import probes
 from chaos._report import Outcome
 from chaos._stack import Stack
-from chaos._suite import SHORT, scenario_rng
+from chaos._suite import SEALED, SHORT, scenario_rng
+from errands.adapters.encryption import ENCODING
 
 SEED = int(os.environ.get("ERRANDS_CHAOS_SEED") or secrets.randbelow(2**31))
 
@@ -31,6 +32,13 @@ SEED = int(os.environ.get("ERRANDS_CHAOS_SEED") or secrets.randbelow(2**31))
 @pytest.fixture(scope="module")
 async def stack() -> AsyncIterator[Stack]:
     async with Stack.open() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+async def encrypted_stack() -> AsyncIterator[Stack]:
+    """A stack of its own whose workers and client encrypt every payload (``--encrypt``)."""
+    async with Stack.open(encrypt=True) as opened:
         yield opened
 
 
@@ -44,6 +52,26 @@ async def test_workers_killed_at_random_points_lose_no_task_message_or_answer(
     outcome = await worker_kills(stack, scenario_rng(SEED, "kill"), SHORT.kill)
     nothing_lost(outcome)
     assert outcome.faults["worker kill -9"] >= 1
+
+
+async def test_workers_killed_with_encryption_on_lose_nothing_and_show_no_text(
+    encrypted_stack: Stack,
+) -> None:
+    outcome = await worker_kills(encrypted_stack, scenario_rng(SEED, "kill"), SHORT.kill)
+    nothing_lost(outcome)
+    assert outcome.faults["worker kill -9"] >= 1
+    [queue] = encrypted_stack.queues
+    first = await anext(encrypted_stack.client.list_workflows(f"TaskQueue = '{queue}'"))
+    history = await encrypted_stack.client.get_workflow_handle(first.id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert [p.metadata["encoding"] for p in started.input.payloads] == [ENCODING]
+    # Every history replays through the codec, and none holds the tasks' words in the clear.
+    audit = Outcome("audit", "audit")
+    await audit_histories(
+        encrypted_stack.client, [queue], encrypted_stack.keys, audit, sealed=SEALED
+    )
+    nothing_lost(audit)
+    assert audit.facts["histories replayed"] >= SHORT.kill.tasks
 
 
 async def test_tasks_finish_across_a_dev_server_restart(stack: Stack) -> None:
