@@ -24,6 +24,7 @@ import pytest
 from pydantic import SecretStr
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowQueryFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 import errands
@@ -35,6 +36,8 @@ from errands.adapters.store import SessionStore
 from errands.client import TaskSummary
 from errands.contracts.search import SESSION
 from errands.contracts.workflows import TaskResult
+from errands.errors import ConfigError
+from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT
@@ -363,3 +366,16 @@ async def test_a_worker_missing_a_key_says_which_and_the_task_carries_on_once_it
     async with stack(dev_server, settings, store, f"B={KEY_B},A={KEY_A}", queue) as s:
         result = await s.client.task(handle.task_id).wait(timeout=60)
         assert result.status == "replied" and result.reply == "Done."
+
+
+async def test_a_worker_given_keys_refuses_a_client_that_does_not_encrypt_with_them(
+    dev_server: DevServer, settings: Settings
+) -> None:
+    keyed = settings.model_copy(update={"encryption_keys": SecretStr(f"A={KEY_A}")})
+    other = settings.model_copy(update={"encryption_keys": SecretStr(f"A={KEY_B}")})
+    for converter in (pydantic_data_converter, data_converter(other)):
+        client = await TemporalClient.connect(dev_server.address, data_converter=converter)
+        with pytest.raises(ConfigError) as refused:
+            Worker(client, task_queue="never-polled", plugins=[ErrandsPlugin(keyed)])
+        message = str(refused.value)
+        assert "does not encrypt with those keys" in message and "\n" not in message
