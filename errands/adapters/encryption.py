@@ -4,11 +4,12 @@ encrypted with AES-256-GCM when ``ERRANDS_ENCRYPTION_KEYS`` (or ``_FILE``) holds
 The first key encrypts; its id travels in the payload's metadata, so every key listed decrypts
 what it encrypted and keys rotate by putting a new one first. A payload that is not encrypted
 (written before encryption was turned on) is read as it is. Failures' messages and stack traces
-go into an encoded payload too, so they are encrypted with the rest.
+go into an encoded payload too, so they are encrypted with the rest; only a missing key's failure
+stays readable, as it names key ids and nothing else.
 
 Search attributes cannot be encrypted: the session a task belongs to is searched by a keyed digest
 of its id (``session_tags``), one per key, so a search still finds the tasks started under an
-older key.
+older key (and, by the id itself, those started before encryption was on).
 """
 
 from __future__ import annotations
@@ -216,7 +217,13 @@ def with_encryption(converter: DataConverter, keys: Mapping[str, bytes] | None) 
     codec = converter.payload_codec
     if codec is None:
         return encrypted(converter, keys)
-    if not isinstance(codec, AesGcmCodec) or codec.keys != dict(keys):
+    if isinstance(codec, AesGcmCodec) and codec.keys != dict(keys):
+        raise ConfigError(
+            f"the Temporal client already encrypts with other keys (ids {', '.join(codec.keys)}) "
+            f"than ERRANDS_ENCRYPTION_KEYS (ids {', '.join(keys)}); give both the same keys",
+            setting="ERRANDS_ENCRYPTION_KEYS",
+        )
+    if not isinstance(codec, AesGcmCodec):
         raise ConfigError(
             f"the Temporal client already has a payload codec ({type(codec).__qualname__}) and "
             "ERRANDS_ENCRYPTION_KEYS asks errands for its own; unset the keys to keep yours, or "
