@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkerConfig
+from temporalio.worker import Worker, WorkerConfig, WorkerDeploymentConfig
 
 import workflows
 from activities import (
@@ -136,6 +137,7 @@ class ErrandsPlugin(SimplePlugin):
                 setting="ERRANDS_ENCRYPTION_KEYS",
             )
         cache_workflow_bytecode()
+        config["deployment_config"] = pinned_by_default(config, self.settings)
         return super().configure_worker(config)
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
@@ -268,6 +270,37 @@ def main_tools(tools: Sequence[WorkTool]) -> list[WorkTool]:
     return list(tools)
 
 
+def worker_deployment(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The worker deployment version ``ERRANDS_DEPLOYMENT_NAME`` and ``ERRANDS_BUILD_ID`` name,
+    for every worker errands builds (None: unversioned).
+
+    errands' workflows declare no behavior (Temporal refuses a declared one from an unversioned
+    worker): the version's default, pinned, is theirs, and that of a user's workflow beside
+    them that declares none."""
+    if settings.deployment_name is None or settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(settings.deployment_name, settings.build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
+
+
+def pinned_by_default(config: WorkerConfig, settings: Settings) -> WorkerDeploymentConfig | None:
+    """The deployment of a worker errands' workflows run on: the worker's own (a version its
+    options give wins over the settings'), pinned by default when it leaves the default open,
+    else the settings' version (None: unversioned)."""
+    own = config.get("deployment_config")
+    if own is None:
+        if config.get("build_id") or config.get("use_worker_versioning"):
+            return None  # the older build-id versioning, left as the worker has it
+        return worker_deployment(settings)
+    unspecified = own.default_versioning_behavior == VersioningBehavior.UNSPECIFIED
+    if own.use_worker_versioning and unspecified:
+        return dataclasses.replace(own, default_versioning_behavior=VersioningBehavior.PINNED)
+    return own
+
+
 def is_pydantic(converter: DataConverter) -> bool:
     return issubclass(converter.payload_converter_class, PydanticPayloadConverter)
 
@@ -300,4 +333,10 @@ def cache_workflow_bytecode() -> None:
     compileall.compile_dir(Path(workflows.__file__).parent, maxlevels=0, quiet=2)
 
 
-__all__ = ["WORKFLOWS", "ErrandsPlugin", "build_activities", "cache_workflow_bytecode"]
+__all__ = [
+    "WORKFLOWS",
+    "ErrandsPlugin",
+    "build_activities",
+    "cache_workflow_bytecode",
+    "worker_deployment",
+]

@@ -23,7 +23,7 @@ from errands.adapters.store import SessionStore, open_store
 from errands.adapters.telemetry import configure_logging, runtime_with_metrics, tracing_interceptors
 from errands.client import connect
 from errands.errors import ConfigError
-from errands.plugin import ErrandsPlugin, cache_workflow_bytecode
+from errands.plugin import ErrandsPlugin, cache_workflow_bytecode, worker_deployment
 from errands.settings import Settings
 
 __all__ = ["build_worker", "cache_workflow_bytecode", "run_worker", "running_workers"]
@@ -83,6 +83,9 @@ def build_model_queue_workers(
             activities=calls,
             max_task_queue_activities_per_second=rate,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            # In the task's deployment version too: a pinned task's model calls go to the
+            # model workers of its own version.
+            deployment_config=worker_deployment(plugin.settings),
         )
         for queue, rate in queues.items()
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -68,7 +68,7 @@ async def _run(data: SideQuestionInput, summary: str, retry: RetryPolicy) -> Sid
     )
 
 
-@workflow.defn(name="SideQuestionWorkflow", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="SideQuestionWorkflow")
 class SideQuestionWorkflow:
     @workflow.run
     async def run(self, data: SideQuestionInput) -> SideAnswer:

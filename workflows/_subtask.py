@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import Awaitable
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -54,7 +53,7 @@ ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
 last, instead of two activities of their own (``open_branch`` is gone with it)."""
 
 
-@workflow.defn(name="SubtaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="SubtaskWorkflow")
 class SubtaskWorkflow:
     def __init__(self) -> None:
         self._verdicts = Verdicts()

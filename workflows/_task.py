@@ -12,7 +12,6 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
 from temporalio.workflow import ParentClosePolicy
 
@@ -64,12 +63,15 @@ FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
 two."""
 
 
-@workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="TaskWorkflow")
 class TaskWorkflow:
     """Pinned on a versioned worker (``ERRANDS_DEPLOYMENT_NAME``): a run stays on the version
     that started it and the task moves to a new one by continuing as new between rounds
-    (``RoundLoop``), so a change only the new version runs needs no ``patched`` fork. On an
-    unversioned worker the behavior is not used."""
+    (``RoundLoop``), so a change only the new version runs needs no ``patched`` fork.
+
+    Pinned by the worker's default behavior (``errands.plugin.worker_deployment``), not by
+    ``@workflow.defn(versioning_behavior=...)``: Temporal refuses every workflow task of a
+    workflow that declares a behavior on an unversioned worker."""
 
     @workflow.init
     def __init__(self, data: TaskInput) -> None:
