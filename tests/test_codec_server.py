@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import stat
 import uuid
 from collections.abc import AsyncIterator
@@ -403,3 +404,24 @@ async def test_dev_encrypt_keeps_its_key_in_the_data_dir_and_runs_the_codec_for_
     assert key_file.read_text() == key, "the second start reuses the key"
     assert "made an encryption key" not in again
     assert task in answers["earlier"], "the first run's task is readable in the second"
+
+
+async def test_dev_encrypt_on_a_taken_codec_port_says_which_flag_chooses_another(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        codec_port = taken.getsockname()[1]
+        ran = await run_cli(
+            dev_env(tmp_path, free_port()),
+            "dev",
+            "--encrypt",
+            "--ui-port",
+            str(free_port()),
+            "--codec-port",
+            str(codec_port),
+        )
+    assert ran.code == 2
+    assert ran.stderr.count("\n") <= 2 and f"port {codec_port}" in ran.stderr
+    assert "--codec-port" in ran.stderr

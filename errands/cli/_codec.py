@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from errands.adapters.devserver import port_open
 from errands.adapters.encryption import configured_keys, new_key
 from errands.adapters.telemetry import configure_logging
 from errands.cli._output import note
@@ -69,6 +70,12 @@ async def dev_codec_server(settings: Settings, port: int) -> AsyncIterator[str |
     if configured_keys(settings) is None:
         yield None
         return
+    if port and port_open("127.0.0.1", port):
+        raise ConfigError(
+            f"port {port} is already taken, so the codec server of `errands dev` cannot listen "
+            f"at 127.0.0.1:{port}; stop whatever listens there (an `errands codec-server`?) or "
+            "choose another port with --codec-port"
+        )
     from errands.gateway import codec_serving
 
     async with codec_serving(settings, "127.0.0.1", port, None) as url:
