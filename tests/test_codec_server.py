@@ -109,7 +109,10 @@ async def test_without_the_token_nothing_is_decoded(headers: dict[str, str]) -> 
 
 @pytest.mark.fast
 async def test_the_preflight_answers_the_ui_origin_and_refuses_any_other() -> None:
-    asking = {"Access-Control-Request-Method": "POST"}
+    asking = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Private-Network": "true",
+    }
     wanted = "authorization,content-type,x-namespace"
     async with codec_http() as http:
         ui = await http.options(
@@ -130,6 +133,7 @@ async def test_the_preflight_answers_the_ui_origin_and_refuses_any_other() -> No
     assert ui.headers["access-control-allow-origin"] == UI
     allowed = {h.strip().lower() for h in ui.headers["access-control-allow-headers"].split(",")}
     assert {"authorization", "content-type", "x-namespace"} <= allowed
+    assert ui.headers["access-control-allow-private-network"] == "true"
     assert other.status_code == 400
     assert "access-control-allow-origin" not in other.headers
     assert from_ui.status_code == 200 and from_ui.headers["access-control-allow-origin"] == UI

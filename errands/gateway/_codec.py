@@ -127,6 +127,9 @@ def create_codec_app(
         allow_methods=["POST"],
         allow_headers=list(ALLOWED_HEADERS),
         allow_credentials=True,
+        # A UI served from a public site may call a codec server on the operator's own
+        # machine: browsers ask first (Private Network Access), and the UI's origins may.
+        allow_private_network=True,
         max_age=600,
     )
     return app
