@@ -199,7 +199,9 @@ ENCRYPTED_BEFORE = "## What was counted as lost"
 def render_encrypted(run: Run, command: str) -> str:
     """The note's section for a run with encryption on: kept apart from the full run's note,
     which a later ``make chaos`` rewrites around it."""
-    faults = sum(sum(o.faults.values()) for o in run.outcomes if o.name not in GENERATED)
+    # The audit's "faults" are the keys it looked for, not failures injected.
+    struck = [o for o in run.outcomes if o.name not in GENERATED and o.name != "audit"]
+    faults = sum(sum(o.faults.values()) for o in struck)
     tasks = sum(o.tasks for o in run.outcomes)
     lost = sum(o.lost for o in run.outcomes if o.name != "probes")
     audit = next((o for o in run.outcomes if o.name == "audit"), None)
