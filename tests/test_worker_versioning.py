@@ -25,7 +25,7 @@ import pytest
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion
 from temporalio.api.enums.v1 import EventType, VersionDrainageStatus
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentVersionRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from errands.adapters.devserver import DevServer, free_port, temporal_cli_path
@@ -98,6 +98,41 @@ async def v2_worker(env: dict[str, str], checkout: Path) -> AsyncIterator[None]:
     finally:
         kill_worker(worker)
         log.close()
+
+
+REPLAY = """
+import asyncio, os, sys
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from errands.plugin import WORKFLOWS
+
+async def main():
+    with open(sys.argv[2]) as recorded:
+        history = WorkflowHistory.from_json(sys.argv[1], recorded.read())
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    failure = result.replay_failure
+    print(type(failure).__name__ if failure else "replayed", flush=True)
+
+asyncio.run(main())
+os._exit(0)  # no interpreter teardown (temporalio/sdk-python#300)
+"""
+"""Replays the history at ``argv[2]`` with the workflows of the checkout it runs in."""
+
+
+async def replayed_by(checkout: Path, workflow_id: str, history: WorkflowHistory) -> str:
+    """What replaying ``history`` with ``checkout``'s code gives: "replayed", or the failure."""
+    recorded = checkout / f"{uuid.uuid4().hex}.json"
+    recorded.write_text(history.to_json())
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", REPLAY, workflow_id, str(recorded),
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    return out.decode().splitlines()[-1]  # after the SDK core's own log lines
 
 
 async def temporal_cli(server: DevServer, *args: str) -> int:
@@ -240,6 +275,12 @@ async def test_tasks_move_to_the_new_build_without_patches_and_the_old_build_dra
             assert failed_tasks(runs) == []
             branch = await temporal.get_workflow_handle(f"{t1.id}/r0/b1").fetch_history()
             assert builds(list(branch.events)) == {"v1"}
+            # The change is one a patch would have had to guard: v2 cannot replay T1's v1 run.
+            first = await temporal.get_workflow_handle(
+                t1.id, run_id=t1.first_execution_run_id
+            ).fetch_history()
+            assert await replayed_by(checkout, t1.id, first) == "NondeterminismError"
+            assert await replayed_by(ROOT, t1.id, first) == "replayed"
 
             # A new task starts on v2.
             t2 = await start_task(temporal, queue, "second", model="openai:gpt-t2")
