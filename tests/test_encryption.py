@@ -40,7 +40,7 @@ from errands.errors import ConfigError
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from tests.helpers import DATABASE, ask, delegate, eventually, final, general
 
 MODEL = "openai:gpt-private"
@@ -379,3 +379,28 @@ async def test_a_worker_given_keys_refuses_a_client_that_does_not_encrypt_with_t
             Worker(client, task_queue="never-polled", plugins=[ErrandsPlugin(keyed)])
         message = str(refused.value)
         assert "does not encrypt with those keys" in message and "\n" not in message
+
+
+async def test_the_cli_with_the_keys_runs_and_reads_a_private_task_of_a_session(
+    dev_server: DevServer,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    cli_env: dict[str, str],
+) -> None:
+    session, text = canary("session"), canary("text")
+    scripted.script("gpt-private", final("Done from the CLI."))
+    queue = f"cli-{uuid.uuid4().hex[:6]}"
+    env = {**cli_env, "ERRANDS_TASK_QUEUE": queue, "ERRANDS_ENCRYPTION_KEYS": f"A={KEY_A}"}
+    async with stack(dev_server, settings, store, f"A={KEY_A}", queue):
+        started = await run_cli(
+            env, "run", text, "--session", session, "--detach", "--json", "--model", MODEL
+        )
+        assert started.code == 0, started.stderr
+        task_id = started.json()["task_id"]
+        assert session not in task_id
+        done = await run_cli(env, "wait", task_id, "--json", "--timeout", "60")
+        assert done.json()["reply"] == "Done from the CLI." and done.json()["session_id"] == session
+    assert text not in readable(await raw_history(dev_server, task_id))
+    history = await run_cli(env, "history", session, "--json")
+    assert [m["text"] for m in history.json()["messages"]][-2:] == [text, "Done from the CLI."]
