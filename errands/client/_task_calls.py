@@ -120,7 +120,7 @@ class TaskCalls:
         if description.workflow_type != TASK_WORKFLOW:
             raise TaskNotFound(
                 f"{self.task_id!r} is a {description.workflow_type}, not a task; give a task id "
-                "(task-<session>-<n>) as returned when the task was started"
+                "(task-…) as returned when the task was started"
             )
         return description
 
