@@ -8,7 +8,8 @@ names every bad variable and what it accepts. ``Settings.report`` (and ``render_
 the effective configuration with the secrets masked; ``render_configuration`` writes
 docs/configuration.md from the model.
 
-The model is in ``_model``, the values it parses in ``_parse``, the way in and the report in
+The model is in ``_model``, the checks it binds to its fields in ``_checks``, the values it
+parses in ``_parse``, the way in and the report in
 ``_report``, the generated page in ``_docs``.
 """
 

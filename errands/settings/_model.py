@@ -5,7 +5,6 @@ and a check whose ``ValueError`` says what the variable accepts."""
 from __future__ import annotations
 
 import contextlib
-import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,32 +13,39 @@ from pydantic import (
     HttpUrl,
     PrivateAttr,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
 from errands.adapters.temporal_profile import resolve
-from errands.agent.model_catalog import model_catalog
-from errands.agent.pricing import price_table
-from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS, check_model_spec
+from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS
 from errands.contracts.workflows import RoundSettings, model_queue
 from errands.errors import ErrandsError
+from errands.settings._checks import (
+    check_database_url,
+    check_encryption_keys,
+    check_host_port,
+    check_http_url,
+    check_ip_port,
+    check_log_level,
+    check_mcp_servers,
+    check_model_specs,
+    check_model_task_queue,
+    check_models,
+    check_prices,
+    check_provider_limits,
+    check_subtask_types,
+    check_version_part,
+)
 from errands.settings._parse import (
-    HOST,
-    IDENTIFIERS,
-    LOG_LEVELS,
     Port,
     ProviderLimit,
     Seconds,
     check_allowed_hosts,
     check_api_token,
     check_proxies,
-    is_ip_port,
-    is_port,
     provider_limits,
     shown_value,
 )
@@ -307,33 +313,22 @@ class Settings(BaseSettings):
 
     # -- checks: each ValueError says what the variable accepts ------------------------------
 
-    @field_validator("temporal_address")
-    @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
-        host, _, port = (value or "").rpartition(":")
-        if value is not None and not (HOST.fullmatch(host) and is_port(port)):
-            raise ValueError(
-                "give host:port without a scheme, e.g. localhost:7233, temporal:7233 or "
-                "[::1]:7233 (port 1-65535)"
-            )
-        return value
-
-    @field_validator("encryption_keys")
-    @classmethod
-    def _encryption_keys(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            parse_keys(value.get_secret_value())  # its ValueError shows no key
-        return value
-
-    @field_validator("deployment_name", "build_id")
-    @classmethod
-    def _version_part(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
-            raise ValueError(
-                "give 1 to 100 letters, digits, '.', '_' or '-' starting with a letter or digit "
-                "(no ':' or '/'), e.g. errands or 2026-12-02.1"
-            )
-        return value
+    _host_port = field_validator("temporal_address")(check_host_port)
+    _encryption_keys = field_validator("encryption_keys")(check_encryption_keys)
+    _version_part = field_validator("deployment_name", "build_id")(check_version_part)
+    _ip_port = field_validator("metrics_bind")(check_ip_port)
+    _log_level = field_validator("log_level")(check_log_level)
+    _model_spec = field_validator(
+        "model", "fallback_model", "advisor_model", "side_question_model"
+    )(check_model_specs)
+    _http_url = field_validator("openai_base_url", "anthropic_base_url")(check_http_url)
+    _subtask_types = field_validator("subtask_types")(check_subtask_types)
+    _prices = field_validator("prices")(check_prices)
+    _mcp_servers = field_validator("mcp_servers")(check_mcp_servers)
+    _provider_limits = field_validator("provider_limits")(check_provider_limits)
+    _model_task_queue = field_validator("model_task_queue")(check_model_task_queue)
+    _models = field_validator("models")(check_models)
+    _database_url = field_validator("database_url")(check_database_url)
 
     @model_validator(mode="after")
     def _version_whole(self) -> Settings:
@@ -347,115 +342,6 @@ class Settings(BaseSettings):
     _api_token = field_validator("api_token")(check_api_token)
     _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
     _proxies = field_validator("forwarded_allow_ips")(check_proxies)
-
-    @field_validator("metrics_bind")
-    @classmethod
-    def _ip_port(cls, value: str | None) -> str | None:
-        if value is not None and not is_ip_port(value):
-            raise ValueError(
-                "give IP:port, e.g. 127.0.0.1:9464, 0.0.0.0:9464 in a container, or [::1]:9464 "
-                "(an IP address, not a host name; port 1-65535)"
-            )
-        return value
-
-    @field_validator("log_level")
-    @classmethod
-    def _log_level(cls, value: str) -> str:
-        if value.strip().upper() not in LOG_LEVELS:
-            raise ValueError("give DEBUG, INFO, WARNING, ERROR or CRITICAL")
-        return value.strip().upper()
-
-    @field_validator("model", "fallback_model", "advisor_model", "side_question_model")
-    @classmethod
-    def _model_spec(cls, value: str | None) -> str | None:
-        if value is not None:
-            check_model_spec(value)
-        return value
-
-    @field_validator("openai_base_url", "anthropic_base_url")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+\S*", value):
-            raise ValueError("give an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
-        return value
-
-    @field_validator("subtask_types")
-    @classmethod
-    def _subtask_types(cls, value: str | None) -> str | None:
-        for path in filter(None, (p.strip() for p in (value or "").split(","))):
-            module, _, attribute = path.partition(":")
-            if not (IDENTIFIERS.fullmatch(module) and attribute.isidentifier()):
-                raise ValueError(
-                    f"{path!r} is not a package.module:attribute path; give comma-separated "
-                    "paths like mypackage.types:TYPES"
-                )
-        return value
-
-    @field_validator("prices")
-    @classmethod
-    def _prices(cls, value: str | None) -> str | None:
-        try:
-            price_table(value)
-        except ValidationError as error:
-            problems = ", ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'a price'}: {e['msg'].lower()}"
-                for e in error.errors()
-            )
-            raise ValueError(
-                f"a price is wrong ({problems}); give "
-                '{"provider:model": {"input": …, "output": …, "cached": …}} in USD per million '
-                "tokens"
-            ) from None
-        except ValueError as error:
-            raise ValueError(f"it {str(error).removeprefix('ERRANDS_PRICES ')}") from None
-        return value
-
-    @field_validator("mcp_servers")
-    @classmethod
-    def _mcp_servers(cls, value: str | None) -> str | None:
-        try:
-            parse_mcp_servers(value)
-        except ValueError as error:
-            said = str(error)
-            if said.startswith("ERRANDS_MCP_SERVERS: "):  # one server is wrong: it names it
-                raise ValueError(said.removeprefix("ERRANDS_MCP_SERVERS: ")) from None
-            raise ValueError(f"it {said.removeprefix('ERRANDS_MCP_SERVERS ')}") from None
-        return value
-
-    @field_validator("provider_limits")
-    @classmethod
-    def _provider_limits(cls, value: str | None) -> str | None:
-        provider_limits(value)
-        return value
-
-    @field_validator("model_task_queue")
-    @classmethod
-    def _model_task_queue(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"([^\s{}]|\{provider\})+", value):
-            raise ValueError(
-                "give a task queue name without spaces or braces; {provider} in it becomes "
-                "the model's provider, e.g. errands-models-{provider}"
-            )
-        return value
-
-    @field_validator("models")
-    @classmethod
-    def _models(cls, value: str | None) -> str | None:
-        try:
-            model_catalog(value)
-        except ValueError as error:
-            raise ValueError(f"it {str(error).removeprefix('ERRANDS_MODELS ')}") from None
-        return value
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            # Imported here: the store imports psycopg (~50 ms), which only a set URL should cost.
-            from errands.adapters.store import sqlite_path
-
-            sqlite_path(value)
-        return value
 
     # -- what the rest of errands reads ------------------------------------------------------
 

@@ -1,0 +1,146 @@
+"""The checks of single settings: each takes the value given and returns the value kept, or
+raises a ``ValueError`` that says what the variable accepts (the model binds them to its
+fields; checks over several settings stay on the model)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import SecretStr, ValidationError
+
+from errands.adapters.encryption import parse_keys
+from errands.adapters.mcp.config import parse_mcp_servers
+from errands.agent.model_catalog import model_catalog
+from errands.agent.pricing import price_table
+from errands.agent.validation import check_model_spec
+from errands.settings._parse import (
+    HOST,
+    IDENTIFIERS,
+    LOG_LEVELS,
+    is_ip_port,
+    is_port,
+    provider_limits,
+)
+
+
+def check_host_port(value: str | None) -> str | None:
+    host, _, port = (value or "").rpartition(":")
+    if value is not None and not (HOST.fullmatch(host) and is_port(port)):
+        raise ValueError(
+            "give host:port without a scheme, e.g. localhost:7233, temporal:7233 or "
+            "[::1]:7233 (port 1-65535)"
+        )
+    return value
+
+
+def check_encryption_keys(value: SecretStr | None) -> SecretStr | None:
+    if value is not None:
+        parse_keys(value.get_secret_value())  # its ValueError shows no key
+    return value
+
+
+def check_version_part(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+        raise ValueError(
+            "give 1 to 100 letters, digits, '.', '_' or '-' starting with a letter or digit "
+            "(no ':' or '/'), e.g. errands or 2026-12-02.1"
+        )
+    return value
+
+
+def check_ip_port(value: str | None) -> str | None:
+    if value is not None and not is_ip_port(value):
+        raise ValueError(
+            "give IP:port, e.g. 127.0.0.1:9464, 0.0.0.0:9464 in a container, or [::1]:9464 "
+            "(an IP address, not a host name; port 1-65535)"
+        )
+    return value
+
+
+def check_log_level(value: str) -> str:
+    if value.strip().upper() not in LOG_LEVELS:
+        raise ValueError("give DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    return value.strip().upper()
+
+
+def check_model_specs(value: str | None) -> str | None:
+    if value is not None:
+        check_model_spec(value)
+    return value
+
+
+def check_http_url(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"https?://[^\s/]+\S*", value):
+        raise ValueError("give an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+    return value
+
+
+def check_subtask_types(value: str | None) -> str | None:
+    for path in filter(None, (p.strip() for p in (value or "").split(","))):
+        module, _, attribute = path.partition(":")
+        if not (IDENTIFIERS.fullmatch(module) and attribute.isidentifier()):
+            raise ValueError(
+                f"{path!r} is not a package.module:attribute path; give comma-separated "
+                "paths like mypackage.types:TYPES"
+            )
+    return value
+
+
+def check_prices(value: str | None) -> str | None:
+    try:
+        price_table(value)
+    except ValidationError as error:
+        problems = ", ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'a price'}: {e['msg'].lower()}"
+            for e in error.errors()
+        )
+        raise ValueError(
+            f"a price is wrong ({problems}); give "
+            '{"provider:model": {"input": …, "output": …, "cached": …}} in USD per million '
+            "tokens"
+        ) from None
+    except ValueError as error:
+        raise ValueError(f"it {str(error).removeprefix('ERRANDS_PRICES ')}") from None
+    return value
+
+
+def check_mcp_servers(value: str | None) -> str | None:
+    try:
+        parse_mcp_servers(value)
+    except ValueError as error:
+        said = str(error)
+        if said.startswith("ERRANDS_MCP_SERVERS: "):  # one server is wrong: it names it
+            raise ValueError(said.removeprefix("ERRANDS_MCP_SERVERS: ")) from None
+        raise ValueError(f"it {said.removeprefix('ERRANDS_MCP_SERVERS ')}") from None
+    return value
+
+
+def check_provider_limits(value: str | None) -> str | None:
+    provider_limits(value)
+    return value
+
+
+def check_model_task_queue(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"([^\s{}]|\{provider\})+", value):
+        raise ValueError(
+            "give a task queue name without spaces or braces; {provider} in it becomes "
+            "the model's provider, e.g. errands-models-{provider}"
+        )
+    return value
+
+
+def check_models(value: str | None) -> str | None:
+    try:
+        model_catalog(value)
+    except ValueError as error:
+        raise ValueError(f"it {str(error).removeprefix('ERRANDS_MODELS ')}") from None
+    return value
+
+
+def check_database_url(value: str | None) -> str | None:
+    if value is not None:
+        # Imported here: the store imports psycopg (~50 ms), which only a set URL should cost.
+        from errands.adapters.store import sqlite_path
+
+        sqlite_path(value)
+    return value
