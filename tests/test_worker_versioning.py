@@ -25,8 +25,11 @@ import pytest
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion
 from temporalio.api.enums.v1 import EventType, VersionDrainageStatus
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentVersionRequest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior
+from temporalio.common import WorkerDeploymentVersion as CommonVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from errands.adapters.devserver import DevServer, free_port, temporal_cli_path
 from errands.adapters.routing import ModelRouter
@@ -34,6 +37,7 @@ from errands.adapters.scripted import Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts.workflows import TaskResult
+from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT, kill_worker, run_cli, worker_env
@@ -121,10 +125,9 @@ os._exit(0)  # no interpreter teardown (temporalio/sdk-python#300)
 """Replays the history at ``argv[2]`` with the workflows of the checkout it runs in."""
 
 
-async def replayed_by(checkout: Path, workflow_id: str, history: WorkflowHistory) -> str:
-    """What replaying ``history`` with ``checkout``'s code gives: "replayed", or the failure."""
-    recorded = checkout / f"{uuid.uuid4().hex}.json"
-    recorded.write_text(history.to_json())
+async def replayed_by(checkout: Path, workflow_id: str, recorded: Path) -> str:
+    """What replaying the history in ``recorded`` with ``checkout``'s code gives: "replayed",
+    or the failure's type."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", REPLAY, workflow_id, str(recorded),
         cwd=checkout,
@@ -279,8 +282,10 @@ async def test_tasks_move_to_the_new_build_without_patches_and_the_old_build_dra
             first = await temporal.get_workflow_handle(
                 t1.id, run_id=t1.first_execution_run_id
             ).fetch_history()
-            assert await replayed_by(checkout, t1.id, first) == "NondeterminismError"
-            assert await replayed_by(ROOT, t1.id, first) == "replayed"
+            recorded = tmp_path / "t1-first-run.json"
+            recorded.write_text(first.to_json())
+            assert await replayed_by(checkout, t1.id, recorded) == "NondeterminismError"
+            assert await replayed_by(ROOT, t1.id, recorded) == "replayed"
 
             # A new task starts on v2.
             t2 = await start_task(temporal, queue, "second", model="openai:gpt-t2")
@@ -347,8 +352,9 @@ async def test_tasks_move_to_the_new_build_without_patches_and_the_old_build_dra
         ),
         (["--from", "v1"], {}, "set ERRANDS_DEPLOYMENT_NAME"),
         (["--from", "v1", "--deployment", "a b"], {}, "is not a deployment name"),
+        (["--from", "v1", "--deployment", "errands.prod"], {}, "is not a deployment name"),
     ],
-    ids=["bad-build-id", "no-deployment", "bad-deployment"],
+    ids=["bad-build-id", "no-deployment", "bad-deployment", "dotted-deployment"],
 )
 async def test_upgrade_refuses_bad_input_in_one_line_before_connecting(
     arguments: list[str], variables: dict[str, str], says: str
@@ -371,3 +377,31 @@ async def test_upgrade_refuses_a_deployment_the_namespace_does_not_have(
     assert result.code == 2
     assert result.stderr.count("\n") == 1
     assert "has no worker deployment 'nowhere'" in result.stderr
+
+
+async def test_a_worker_of_the_plugin_pins_errands_workflows_whatever_version_it_declares(
+    versioned_server: DevServer, settings: Settings, store: SessionStore
+) -> None:
+    temporal = await Client.connect(
+        versioned_server.address, data_converter=pydantic_data_converter
+    )
+    router = ModelRouter(settings)
+    plugin = ErrandsPlugin(settings, store=store, router=router)
+    own = WorkerDeploymentConfig(
+        version=CommonVersion("mine", "b7"), use_worker_versioning=True
+    )  # no default behavior: Temporal would refuse errands' workflows, which declare none
+    worker = Worker(temporal, task_queue="mine", plugins=[plugin], deployment_config=own)
+    declared = worker.config(active_config=True)["deployment_config"]
+    assert declared is not None
+    assert declared.version == CommonVersion("mine", "b7")
+    assert declared.default_versioning_behavior == VersioningBehavior.PINNED
+    from_settings = settings.model_copy(update={"deployment_name": "ours", "build_id": "b8"})
+    worker = Worker(
+        temporal,
+        task_queue="ours",
+        plugins=[ErrandsPlugin(from_settings, store=store, router=router)],
+    )
+    declared = worker.config(active_config=True)["deployment_config"]
+    assert declared is not None and declared.version == CommonVersion("ours", "b8")
+    assert declared.default_versioning_behavior == VersioningBehavior.PINNED
+    await router.aclose()

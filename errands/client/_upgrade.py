@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 WAKE_SIGNAL = "wake_for_upgrade"
 """TaskWorkflow's no-op signal (workflows/_task.py)."""
 
-VERSION_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-"""A deployment name or build id, as the settings accept them (nothing to escape in a query)."""
+BUILD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""A build id, as the settings accept one (nothing to escape in a query)."""
+DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+"""A deployment name: no '.', which Temporal reads as the end of the name in a version."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +106,16 @@ def deployment_of(settings: Settings, from_build: str, deployment: str | None) -
             "workers declare (or pass --deployment)",
             setting="ERRANDS_DEPLOYMENT_NAME",
         )
-    for what, value in (("deployment name", name), ("build id", from_build)):
-        if not VERSION_PART.fullmatch(value):
-            raise InvalidRequest(
-                f"{value!r} is not a {what}: give 1 to 100 letters, digits, '.', '_' or '-' "
-                "starting with a letter or digit"
-            )
+    if not DEPLOYMENT_NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"{name!r} is not a deployment name: give 1 to 100 letters, digits, '_' or '-' "
+            "starting with a letter or digit"
+        )
+    if not BUILD_ID.fullmatch(from_build):
+        raise InvalidRequest(
+            f"{from_build!r} is not a build id: give 1 to 100 letters, digits, '.', '_' or '-' "
+            "starting with a letter or digit"
+        )
     return name
 
 
