@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion
 from temporalio.api.enums.v1 import EventType, VersionDrainageStatus
+from temporalio.api.enums.v1 import VersioningBehavior as VersioningBehaviorProto
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentVersionRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior
@@ -309,6 +310,10 @@ async def test_tasks_move_to_the_new_build_without_patches_and_the_old_build_dra
             await eventually(moved, "T3 to move to v2")
             still = await until_waiting(t3)
             assert still.pending_question == pending
+            # Auto-upgrade was for the new run's first workflow task only: it is pinned again.
+            info = (await t3.describe()).raw_description.workflow_execution_info.versioning_info
+            assert info.behavior == VersioningBehaviorProto.VERSIONING_BEHAVIOR_PINNED
+            assert info.deployment_version.build_id == "v2"
             await tasks.task(t3.id).answer({"q1": ["PostgreSQL"]})
             result = await temporal.get_workflow_handle(t3.id, result_type=TaskResult).result()
             assert result.reply == "T3 done"
