@@ -1,9 +1,10 @@
-"""B1e: what payload encryption costs a task. B1's errands task (2 rounds, 3 branches) on two
-workers of the same process and server: one whose client and worker carry the AES-GCM codec
-(``ERRANDS_ENCRYPTION_KEYS`` set, ``errands.adapters.encryption.data_converter``), one without,
-and a third whose codec returns every payload as it is: what the SDK's handling of any codec
-costs (it walks every activation and completion for payloads once a codec is set), apart from
-AES-GCM itself.
+"""B1e: what payload encryption costs a task.
+
+B1's errands task (2 rounds, 3 branches) on three workers of the same process and server: one
+whose client and worker carry the AES-GCM codec (``ERRANDS_ENCRYPTION_KEYS`` set,
+``errands.adapters.encryption.data_converter``), one without, and a third whose codec returns
+every payload as it is: what the SDK's handling of any codec costs (it walks every activation
+and completion for payloads once a codec is set), apart from AES-GCM itself.
 
 Tasks rotate (encrypted, plain, identity; then plain, identity, encrypted; …), so drift in the
 machine's load and any ordering effect hit all alike; each is measured from the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -61,12 +63,23 @@ class IdentityCodec(PayloadCodec):
         return list(payloads)
 
 
-def payloads_in(message: Message) -> Iterator[Payload]:
-    """Every ``Payload`` inside a protobuf message (a history event), maps and lists included."""
+PLACES = {
+    "search_attributes": "search attributes",
+    "marker_recorded_event_attributes": "markers",
+}
+"""Where a payload sits, by the field it is under: search attributes, which no codec may
+encrypt, and markers, whose bookkeeping (a local activity's, a patch's) the SDK's core writes
+without the codec (their results go through it)."""
+
+
+def payloads_in(message: Message, place: str = "elsewhere") -> Iterator[tuple[str, Payload]]:
+    """Every ``Payload`` inside a protobuf message (a history event), maps and lists included,
+    with the place it sits in (``PLACES``)."""
     for field, value in message.ListFields():
         kind = field.message_type
         if field.type != FieldDescriptor.TYPE_MESSAGE or kind is None:
             continue
+        under = PLACES.get(field.name, place)
         if kind.GetOptions().map_entry:
             if kind.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
                 continue
@@ -77,15 +90,18 @@ def payloads_in(message: Message) -> Iterator[Payload]:
             items = [value]
         for item in items:
             if isinstance(item, Payload):
-                yield item
+                yield under, item
             else:
-                yield from payloads_in(item)
+                yield from payloads_in(item, under)
 
 
-async def task_payloads(client: Client, workflow_id: str) -> tuple[list[Payload], bytes]:
-    """The raw payloads of a task's history and its children's, and those histories' bytes."""
+async def task_payloads(
+    client: Client, workflow_id: str
+) -> tuple[list[tuple[str, Payload]], bytes]:
+    """The raw payloads of a task's history and its children's (with their places), and those
+    histories' bytes."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    found: list[Payload] = []
+    found: list[tuple[str, Payload]] = []
     raw = history.to_json().encode()
     children: list[str] = []
     for event in history.events:
@@ -155,8 +171,10 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
                 times[kind].append(elapsed)
                 ids[kind].append(workflow_id)
 
-        payloads, raw = await task_payloads(stack.client, ids["on"][0])
+        placed, raw = await task_payloads(stack.client, ids["on"][0])
+        payloads = [p for _, p in placed]
         sealed = [p for p in payloads if p.metadata.get("encoding") == ENCODING]
+        clear = Counter(place for place, p in placed if p.metadata.get("encoding") != ENCODING)
         codec_ms = await codec_ms_per_task(AesGcmCodec(keys), sealed)
         plain_payloads, _ = await task_payloads(stack.client, ids["off"][0])
 
@@ -174,16 +192,10 @@ async def run(tasks: int, warmup: int, stack: Stack | None = None) -> dict[str, 
         },
         "payloads_per_task": len(payloads),
         "payloads_encrypted_per_task": len(sealed),
-        "payloads_not_encrypted": sorted(
-            {
-                p.metadata.get("encoding", b"").decode()
-                for p in payloads
-                if p.metadata.get("encoding") != ENCODING
-            }
-        ),
+        "payloads_not_encrypted": dict(sorted(clear.items())),
         "payload_bytes_per_task": {
             "on": sum(p.ByteSize() for p in payloads),
-            "off": sum(p.ByteSize() for p in plain_payloads),
+            "off": sum(p.ByteSize() for _, p in plain_payloads),
         },
         "task_text_in_raw_history": TEXT.encode() in raw,
         "codec_cpu_ms_per_task": round(codec_ms, 2),
@@ -217,7 +229,8 @@ def markdown(result: dict[str, Any]) -> str:
         )
     size = result["payload_bytes_per_task"]
     text_seen = "**yes**" if result["task_text_in_raw_history"] else "no"
-    others = ", ".join(f"`{e}`" for e in result["payloads_not_encrypted"]) or "none"
+    clear = result["payloads_not_encrypted"]
+    others = ", ".join(f"{n} in {place}" for place, n in clear.items()) or "none"
     lines += [
         "",
         f"**Ratio (median on / median off): {result['ratio_on_to_off']}** (target ≤ {TARGET}); "
@@ -228,9 +241,11 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"An encrypted task's histories (the task and its branches) hold "
         f"{result['payloads_per_task']} payloads, {result['payloads_encrypted_per_task']} of "
-        f"them encrypted; the others are search attributes, which cannot be (encodings: "
-        f"{others}). Payload bytes a task: {size['on']:,} encrypted, {size['off']:,} plain. The "
-        f"task's text in the raw histories: {text_seen}.",
+        f"them encrypted; the others ({others}) are search attributes, which no codec may "
+        "encrypt, and markers' bookkeeping the SDK's core writes without the codec (a local "
+        "activity's type and times, a patch's id; their results are encrypted). Payload bytes a "
+        f"task: {size['on']:,} encrypted, {size['off']:,} plain. The task's text in the raw "
+        f"histories: {text_seen}.",
         "",
         f"The codec's own CPU for one task's payloads (each encrypted once and decrypted once, "
         f"AES-256-GCM): {result['codec_cpu_ms_per_task']} ms, against the "
