@@ -277,8 +277,14 @@ def worker_deployment(settings: Settings) -> WorkerDeploymentConfig | None:
     errands' workflows declare no behavior (Temporal refuses a declared one from an unversioned
     worker): the version's default, pinned, is theirs, and that of a user's workflow beside
     them that declares none."""
-    if settings.deployment_name is None or settings.build_id is None:
+    if settings.deployment_name is None:
         return None
+    if settings.build_id is None:
+        raise ConfigError(
+            "ERRANDS_DEPLOYMENT_NAME is set without ERRANDS_BUILD_ID: a versioned worker needs "
+            "its build id (set ERRANDS_BUILD_ID, or unset both for an unversioned worker)",
+            setting="ERRANDS_BUILD_ID",
+        )
     return WorkerDeploymentConfig(
         version=WorkerDeploymentVersion(settings.deployment_name, settings.build_id),
         use_worker_versioning=True,

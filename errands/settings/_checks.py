@@ -39,11 +39,21 @@ def check_encryption_keys(value: SecretStr | None) -> SecretStr | None:
     return value
 
 
-def check_version_part(value: str | None) -> str | None:
+def check_deployment_name(value: str | None) -> str | None:
+    # Temporal writes a version as NAME.BUILD_ID: a '.' in the name makes it ambiguous.
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", value):
+        raise ValueError(
+            "give 1 to 100 letters, digits, '_' or '-' starting with a letter or digit (no '.', "
+            "':' or '/'), e.g. errands"
+        )
+    return value
+
+
+def check_build_id(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
         raise ValueError(
             "give 1 to 100 letters, digits, '.', '_' or '-' starting with a letter or digit "
-            "(no ':' or '/'), e.g. errands or 2026-12-02.1"
+            "(no ':' or '/'), e.g. 2026-12-02.1"
         )
     return value
 

@@ -24,7 +24,9 @@ from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS
 from errands.contracts.workflows import RoundSettings, model_queue
 from errands.errors import ErrandsError
 from errands.settings._checks import (
+    check_build_id,
     check_database_url,
+    check_deployment_name,
     check_encryption_keys,
     check_host_port,
     check_http_url,
@@ -37,7 +39,6 @@ from errands.settings._checks import (
     check_prices,
     check_provider_limits,
     check_subtask_types,
-    check_version_part,
 )
 from errands.settings._parse import (
     Port,
@@ -144,8 +145,9 @@ class Settings(BaseSettings):
     deployment_name: str | None = Field(default=None, alias="ERRANDS_DEPLOYMENT_NAME")
     """The worker deployment workers belong to (Temporal Worker Versioning).
 
-    Set with ERRANDS_BUILD_ID: tasks stay on the version that started them and move to a new
-    current version between rounds. Unset: workers are unversioned."""
+    A worker needs ERRANDS_BUILD_ID too: tasks stay on the version that started them and move to
+    a new current version between rounds; alone, it is the deployment ``errands upgrade`` looks
+    in. Unset: workers are unversioned."""
     build_id: str | None = Field(default=None, alias="ERRANDS_BUILD_ID")
     """This worker's build within ERRANDS_DEPLOYMENT_NAME, e.g. a release or a commit."""
 
@@ -315,7 +317,8 @@ class Settings(BaseSettings):
 
     _host_port = field_validator("temporal_address")(check_host_port)
     _encryption_keys = field_validator("encryption_keys")(check_encryption_keys)
-    _version_part = field_validator("deployment_name", "build_id")(check_version_part)
+    _deployment_name = field_validator("deployment_name")(check_deployment_name)
+    _build_id = field_validator("build_id")(check_build_id)
     _ip_port = field_validator("metrics_bind")(check_ip_port)
     _log_level = field_validator("log_level")(check_log_level)
     _model_spec = field_validator(
@@ -332,10 +335,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _version_whole(self) -> Settings:
-        if (self.deployment_name is None) != (self.build_id is None):
+        # The name alone is an operator's (errands upgrade); a build needs its deployment.
+        if self.build_id is not None and self.deployment_name is None:
             raise ValueError(
-                "ERRANDS_DEPLOYMENT_NAME and ERRANDS_BUILD_ID go together: set both (a "
-                "versioned worker) or neither (an unversioned one)"
+                "ERRANDS_BUILD_ID needs ERRANDS_DEPLOYMENT_NAME: set both (a versioned worker) "
+                "or neither (an unversioned one)"
             )
         return self
 
