@@ -27,6 +27,7 @@ REACHES_TEMPORAL = (
     "serve",
     "worker",
     "config",
+    "upgrade",
 )
 """The commands that open a Temporal client (or, ``config``, show which one they would)."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from errands.cli._connection import connection_flags
 from errands.cli._output import note
 from errands.cli._stack import stack
 from errands.cli._terminal import one_line
@@ -38,7 +39,7 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 async def upgrade(args: argparse.Namespace) -> int:
-    settings = load_settings()
+    settings = load_settings(**connection_flags(args))
     deployment_of(settings, args.from_build, args.deployment)  # refused before connecting
     async with stack(settings, need_worker_here=False) as client:
         tasks = await client.upgrade(
