@@ -174,7 +174,8 @@ async def audit_histories(
     task failure is a probe's finding, counted by the probe itself; they still replay.
 
     ``sealed``: with encryption on, texts users and models wrote (the planned tasks' words)
-    that must not be readable in any exported history."""
+    that must not be readable in any history: looked for in its protobuf bytes, where a
+    payload's data is as written (the JSON export shows it in base64)."""
     histories: list[WorkflowHistory] = []
     scanned = benign_total = 0
     for queue in queues:
@@ -187,8 +188,9 @@ async def audit_histories(
                 # The whole key, and its tail alone: providers that echo a key mask its start.
                 if secret in exported or secret[-12:] in exported:
                     outcome.lose("secrets in history", f"a provider key in {history.workflow_id}")
+            stored = b"".join(event.SerializeToString() for event in history.events)
             for text in sealed:
-                if text in exported:
+                if text.encode() in stored:
                     outcome.lose(
                         "user text readable in history", f"{text!r} in {history.workflow_id}"
                     )
