@@ -212,7 +212,8 @@ def render_encrypted(run: Run, command: str) -> str:
         "is given as `ERRANDS_ENCRYPTION_KEYS` to every `python worker.py` process, and the "
         "suite's own client (tasks, answers, signals, histories) carries the same codec "
         "(`errands.adapters.encryption.data_converter`). The audit replays every history through "
-        "the codec and looks for the planned tasks' words in the raw histories.",
+        "the codec and looks for the planned tasks' words in every history's raw bytes (where a "
+        "payload is as stored, not in the base64 of a JSON export).",
         "",
         f"- Date: {run.started:%Y-%m-%d %H:%M} UTC; {'short' if run.short else 'full'} size; "
         f"{run.seconds / 60:.1f} minutes; seed `{run.seed}`",
