@@ -28,7 +28,7 @@ from errands.client import new_task_id
 from errands.contracts.search import session_filter
 from errands.errors import ConfigError
 from errands.plugin import ErrandsPlugin
-from errands.settings import Settings
+from errands.settings import Settings, load_settings
 
 pytestmark = pytest.mark.fast
 
@@ -98,3 +98,50 @@ async def test_the_replayer_the_plugin_configures_reads_encrypted_payloads() -> 
     [sealed] = await data_converter(keyed).encode(["what a user wrote"])
     assert sealed.metadata["encoding"] == ENCODING
     assert await converter.decode([sealed], [str]) == ["what a user wrote"]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (KEY_A, "entry 1 looks like a key without an id; give ID=BASE64, e.g. k1=$(python -c"),
+        (KEY_A.rstrip("="), "entry 1 looks like a key without an id"),
+        (KEY_A.replace("+", "-").replace("/", "_"), "entry 1 looks like a key without an id"),
+        (f"A={KEY_B},{KEY_A}", "entry 2 looks like a key without an id"),
+        (f'{{"{KEY_A}": "{KEY_B}"}}', "entry 1's key id is not 1 to 64 letters"),
+        (f'{{"A": "{KEY_B}", "B": "{KEY_A[:20]}"}}', "entry 2's key is 15 bytes"),
+        (f"A={KEY_A[:20]}", "entry 1's key is 15 bytes; an AES-256 key is 32 random bytes"),
+        (f"A={KEY_A[:20]}", 'e.g. k1=$(python -c "import base64, os;'),
+        (f"{KEY_A[:30]}!={KEY_B}", "entry 1's key id is not"),
+        (f"A={KEY_A},A={KEY_B}", "entries 1 and 2 have the same key id"),
+    ],
+)
+def test_a_wrong_key_is_named_by_its_entry_and_never_shown(given: str, said: str) -> None:
+    with pytest.raises(ConfigError) as refused:  # as every command reads the variable
+        load_settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(given))
+    error = refused.value
+    assert said in str(error) and error.setting == "ERRANDS_ENCRYPTION_KEYS"
+    for shown in (KEY_A, KEY_B, KEY_A[:8], KEY_B[:8], KEY_A[-8:], KEY_B[-8:], KEY_A[12:20]):
+        assert shown not in str(error)
+
+
+def test_a_bare_key_in_the_keys_file_is_refused_naming_the_file_not_the_key(
+    tmp_path: Any,
+) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"{KEY_A}\n")
+    with pytest.raises(ConfigError) as refused:  # the file is read when the keys are used
+        data_converter(load_settings(ERRANDS_ENCRYPTION_KEYS_FILE=keys_file))
+    error = refused.value
+    assert error.setting == "ERRANDS_ENCRYPTION_KEYS_FILE"
+    assert str(error).startswith(f"ERRANDS_ENCRYPTION_KEYS_FILE ({keys_file}) is wrong: entry 1")
+    assert "looks like a key without an id" in str(error)
+    assert KEY_A[:8] not in str(error) and KEY_A[-8:] not in str(error)
+    keys_file.write_text(f"k1={KEY_A}\nk0={KEY_B}\n")
+    assert list(parse_keys(keys_file.read_text())) == ["k1", "k0"]
+
+
+def test_an_id_with_an_empty_key_is_not_taken_for_a_bare_key() -> None:
+    with pytest.raises(ValueError, match="entry 1's key is 0 bytes"):
+        parse_keys("k1=")
+    with pytest.raises(ValueError, match="entry 1 has no '='"):
+        parse_keys("k1")

@@ -53,42 +53,76 @@ KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 SESSION_TAG_CONTEXT = b"errands: the ErrandsSession search attribute"
 
 
+NEW_KEY_COMMAND = (
+    'k1=$(python -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())")'
+)
+"""How to make an entry of ``ERRANDS_ENCRYPTION_KEYS``: an id, '=', a fresh key."""
+
+
 def parse_keys(text: str) -> dict[str, bytes]:
     """The keys in ``text``, first (the encrypting one) first: ``id=BASE64`` comma- or
     newline-separated, or a JSON object of id to base64. ``ValueError`` says what is wrong
-    without showing a key."""
+    naming entries by position: it never shows a key, nor an id (a bad id may be a key)."""
     text = text.strip()
+    pairs: list[tuple[object, object]] = []
     if text.startswith("{"):
         try:
             pairs = list(json.loads(text).items())
         except (ValueError, AttributeError):
             raise ValueError("it is not a JSON object of key id to base64 key") from None
     else:
-        pairs = []
         for n, item in enumerate(filter(None, (i.strip() for i in re.split(r"[,\n]", text))), 1):
+            if _looks_like_a_bare_key(item):
+                raise ValueError(
+                    f"entry {n} looks like a key without an id; give ID=BASE64, e.g. "
+                    f"{NEW_KEY_COMMAND}"
+                )
             key_id, sep, encoded = item.partition("=")
             if not sep:
-                raise ValueError(f"entry {n} has no '='; give id=BASE64, comma-separated")
+                raise ValueError(f"entry {n} has no '='; give ID=BASE64, comma-separated")
             pairs.append((key_id.strip(), encoded.strip()))
     if not pairs:
-        raise ValueError("it holds no key; give id=BASE64, comma-separated")
+        raise ValueError("it holds no key; give ID=BASE64, comma-separated")
     keys: dict[str, bytes] = {}
-    for key_id, encoded in pairs:
+    first: dict[str, int] = {}
+    for n, (key_id, encoded) in enumerate(pairs, 1):
         if not isinstance(key_id, str) or not KEY_ID_PATTERN.fullmatch(key_id):
-            raise ValueError(f"key id {key_id!r} is not 1 to 64 letters, digits, '.', '_' or '-'")
+            raise ValueError(
+                f"entry {n}'s key id is not 1 to 64 letters, digits, '.', '_' or '-'; "
+                "give ID=BASE64, e.g. k1=…"
+            )
         if key_id in keys:
-            raise ValueError(f"key id {key_id!r} is given twice")
+            raise ValueError(f"entries {first[key_id]} and {n} have the same key id")
         try:
             key = base64.b64decode(str(encoded), validate=True)
         except (binascii.Error, ValueError):
-            raise ValueError(f"key {key_id!r} is not base64") from None
+            raise ValueError(f"entry {n}'s key is not base64") from None
         if len(key) != KEY_BYTES:
             raise ValueError(
-                f"key {key_id!r} is {len(key)} bytes; an AES-256 key is {KEY_BYTES} random bytes "
-                '(python -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())")'
+                f"entry {n}'s key is {len(key)} bytes; an AES-256 key is {KEY_BYTES} random "
+                f"bytes, give ID=BASE64, e.g. {NEW_KEY_COMMAND}"
             )
         keys[key_id] = key
+        first[key_id] = n
     return keys
+
+
+def _looks_like_a_bare_key(item: str) -> bool:
+    """Whether ``item`` is a key given without ``id=``: it has no '=' but trailing base64
+    padding, and the padding follows a long stem or the whole decodes to a key's length."""
+    stem = item.rstrip("=")
+    if "=" in stem:
+        return False  # ID=VALUE
+    if stem != item and len(stem) >= 16:
+        return True  # padding after a long stem: base64, not an id with an empty key
+    for altchars in (b"+/", b"-_"):  # base64, and its URL-safe form
+        try:
+            padded = stem + "=" * (-len(stem) % 4)
+            if len(base64.b64decode(padded, altchars=altchars, validate=True)) == KEY_BYTES:
+                return True
+        except (binascii.Error, ValueError):
+            pass
+    return False
 
 
 def new_key() -> str:
@@ -99,25 +133,25 @@ def new_key() -> str:
 def configured_keys(settings: Settings) -> dict[str, bytes] | None:
     """The keys the settings give (the variable, else the file), or None: no encryption."""
     if settings.encryption_keys is not None:
-        source, text = "ERRANDS_ENCRYPTION_KEYS", settings.encryption_keys.get_secret_value()
+        setting, text = "ERRANDS_ENCRYPTION_KEYS", settings.encryption_keys.get_secret_value()
+        source = setting
     elif settings.encryption_keys_file is not None:
-        source = f"ERRANDS_ENCRYPTION_KEYS_FILE ({settings.encryption_keys_file})"
+        setting = "ERRANDS_ENCRYPTION_KEYS_FILE"
+        source = f"{setting} ({settings.encryption_keys_file})"
         try:
             text = settings.encryption_keys_file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             reason = error.strerror if isinstance(error, OSError) else "it is not UTF-8 text"
             raise ConfigError(
                 f"{source} cannot be read: {reason}; give a readable file of id=BASE64 keys",
-                setting="ERRANDS_ENCRYPTION_KEYS_FILE",
+                setting=setting,
             ) from None
     else:
         return None
     try:
         return parse_keys(text)
-    except ValueError as error:
-        raise ConfigError(
-            f"{source} is wrong: {error}", setting="ERRANDS_ENCRYPTION_KEYS"
-        ) from None
+    except ValueError as error:  # it names entries by position, never a key
+        raise ConfigError(f"{source} is wrong: {error}", setting=setting) from None
 
 
 class FailureConverter(DefaultFailureConverterWithEncodedAttributes):

@@ -130,9 +130,9 @@ class Settings(BaseSettings):
     """AES-256 keys that encrypt every payload errands writes to Temporal, as ``id=BASE64,…``.
 
     The first encrypts; every one listed decrypts, so a new key goes first and an old one stays
-    until no task needs it. Each key is 32 random bytes in base64: ``python -c "import base64,
-    os; print(base64.b64encode(os.urandom(32)).decode())"``. Unset: payloads are not
-    encrypted."""
+    until no task needs it. Each key is 32 random bytes in base64, after its id:
+    ``k1=$(python -c "import base64, os; print(base64.b64encode(os.urandom(32)).decode())")``.
+    Unset: payloads are not encrypted."""
     encryption_keys_file: Path | None = Field(default=None, alias="ERRANDS_ENCRYPTION_KEYS_FILE")
     """A file holding the keys in the same form (a mounted secret); instead of the variable."""
     codec_cors_origins: str | None = Field(default=None, alias="ERRANDS_CODEC_CORS_ORIGINS")
