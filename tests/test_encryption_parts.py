@@ -21,6 +21,7 @@ from errands.adapters.encryption import (
     FailureConverter,
     SessionTags,
     data_converter,
+    encrypts_with,
     new_key,
     parse_keys,
 )
@@ -145,3 +146,18 @@ def test_an_id_with_an_empty_key_is_not_taken_for_a_bare_key() -> None:
         parse_keys("k1=")
     with pytest.raises(ValueError, match="entry 1 has no '='"):
         parse_keys("k1")
+
+
+def test_the_same_keys_in_another_order_are_other_keys() -> None:
+    """The first key encrypts: a client encrypting with B first is not what settings that put A
+    first ask for (the rotation to A would silently not apply)."""
+    keyed = Settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(f"A={KEY_A},B={KEY_B}"))
+    b_first = data_converter(Settings(ERRANDS_ENCRYPTION_KEYS=SecretStr(f"B={KEY_B},A={KEY_A}")))
+    with pytest.raises(
+        ConfigError, match=r"other keys \(ids B, A\) than ERRANDS_ENCRYPTION_KEYS \(ids A, B\)"
+    ):
+        configured(ErrandsPlugin(keyed), b_first)
+    assert not encrypts_with(b_first, parse_keys(f"A={KEY_A},B={KEY_B}"))
+    assert encrypts_with(b_first, parse_keys(f"B={KEY_B},A={KEY_A}"))
+    same = data_converter(keyed)
+    assert configured(ErrandsPlugin(keyed), same) is same

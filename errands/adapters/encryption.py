@@ -175,7 +175,8 @@ class AesGcmCodec(PayloadCodec):
         if not keys:
             raise ValueError("an encryption codec needs at least one key")
         self.keys: dict[str, bytes] = dict(keys)
-        """Every key, by id, the encrypting one first (two codecs with equal keys agree)."""
+        """Every key, by id, the encrypting one first (two codecs agree when they hold the same
+        keys in the same order)."""
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self.key_id = next(iter(keys))
         """The id of the key that encrypts."""
@@ -251,10 +252,11 @@ def with_encryption(converter: DataConverter, keys: Mapping[str, bytes] | None) 
     codec = converter.payload_codec
     if codec is None:
         return encrypted(converter, keys)
-    if isinstance(codec, AesGcmCodec) and codec.keys != dict(keys):
+    if isinstance(codec, AesGcmCodec) and not _same_keys(codec, keys):
         raise ConfigError(
             f"the Temporal client already encrypts with other keys (ids {', '.join(codec.keys)}) "
-            f"than ERRANDS_ENCRYPTION_KEYS (ids {', '.join(keys)}); give both the same keys",
+            f"than ERRANDS_ENCRYPTION_KEYS (ids {', '.join(keys)}); give both the same keys, "
+            "in the same order (the first encrypts)",
             setting="ERRANDS_ENCRYPTION_KEYS",
         )
     if not isinstance(codec, AesGcmCodec):
@@ -272,7 +274,13 @@ def with_encryption(converter: DataConverter, keys: Mapping[str, bytes] | None) 
 def encrypts_with(converter: DataConverter, keys: Mapping[str, bytes]) -> bool:
     """Whether ``converter`` encrypts with exactly ``keys``."""
     codec = converter.payload_codec
-    return isinstance(codec, AesGcmCodec) and codec.keys == dict(keys)
+    return isinstance(codec, AesGcmCodec) and _same_keys(codec, keys)
+
+
+def _same_keys(codec: AesGcmCodec, keys: Mapping[str, bytes]) -> bool:
+    """Whether ``codec`` holds ``keys`` in their order: the first encrypts, so the same keys in
+    another order encrypt with another key (a rotation not applied)."""
+    return list(codec.keys.items()) == list(keys.items())
 
 
 @dataclass(frozen=True)
