@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
 import os
 import uuid
@@ -42,6 +41,7 @@ from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT, run_cli
 from tests.helpers import DATABASE, ask, delegate, eventually, final, general
+from tests.histories_raw import readable
 
 MODEL = "openai:gpt-private"
 KEY_A, KEY_B = new_key(), new_key()
@@ -108,27 +108,6 @@ async def raw_history(dev_server: DevServer, workflow_id: str, run_id: str = "")
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     return out.decode()
-
-
-def readable(raw: str) -> str:
-    """Everything in ``raw`` that can be read: the JSON text and each base64 string decoded."""
-    parts = [raw]
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-        elif isinstance(value, str):
-            try:
-                parts.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
-            except (binascii.Error, ValueError):
-                pass
-
-    walk(json.loads(raw))
-    return "\n".join(parts)
 
 
 def key_ids(raw: str) -> set[str]:

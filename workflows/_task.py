@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.events import EventType
     from errands.contracts.search import initial
     from errands.contracts.workflows import (
+        WAKE_SIGNAL,
         AnswerReceipt,
         MessageReceipt,
         SendMessage,
@@ -54,9 +55,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._side import answer_side_question
     from workflows._status import TaskStatus
     from workflows._waiting import PendingQuestion
-
-WAKE_SIGNAL = "wake_for_upgrade"
-"""The no-op signal ``errands upgrade`` sends (errands.client._upgrade names it too)."""
 
 FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
 """Deprecated patch (0.2.0): opening the task also prepares round 0, one store call instead of

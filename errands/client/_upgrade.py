@@ -11,7 +11,6 @@ verdict).
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,19 +20,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from errands.client._task_calls import TASK_WORKFLOW
 from errands.contracts import search
+from errands.contracts.versions import BUILD_ID, DEPLOYMENT_NAME
+from errands.contracts.workflows import WAKE_SIGNAL
 from errands.errors import ConfigError, InvalidRequest, TemporalUnreachable
 from errands.settings import Settings
 
 if TYPE_CHECKING:
     from errands.client._client import Client
-
-WAKE_SIGNAL = "wake_for_upgrade"
-"""TaskWorkflow's no-op signal (workflows/_task.py)."""
-
-BUILD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-"""A build id, as the settings accept one (nothing to escape in a query)."""
-DEPLOYMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
-"""A deployment name: no '.', which Temporal reads as the end of the name in a version."""
 
 
 @dataclass(frozen=True)

@@ -10,5 +10,6 @@ between these modules without breaking a recorded history.
 - ``activities``: inputs and outputs of the activities
 - ``asking``, ``approvals``, ``subtasks``: the payloads of questions, approvals and subtask types
 - ``events``: the event log's schema; ``ids``: every deterministic id; ``search``: search
-  attributes; ``limits``: the timeouts and sizes several layers agree on
+  attributes; ``limits``: the timeouts and sizes several layers agree on; ``versions``: the
+  names of a worker deployment version
 """

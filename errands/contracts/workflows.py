@@ -24,6 +24,10 @@ from errands.contracts.messages import Message, ModelPrice, ModelUsage, ToolCall
 from errands.contracts.subtasks import SubtaskTypeInfo
 from errands.errors import FailureKind, TaskFailed
 
+WAKE_SIGNAL = "wake_for_upgrade"
+"""TaskWorkflow's no-op signal: ``errands upgrade`` sends it so a parked task runs a workflow
+task and moves to the current version."""
+
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
 
 

@@ -13,6 +13,7 @@ from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.model_catalog import model_catalog
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec
+from errands.contracts.versions import BUILD_ID, DEPLOYMENT_NAME
 from errands.settings._parse import (
     HOST,
     IDENTIFIERS,
@@ -41,7 +42,7 @@ def check_encryption_keys(value: SecretStr | None) -> SecretStr | None:
 
 def check_deployment_name(value: str | None) -> str | None:
     # Temporal writes a version as NAME.BUILD_ID: a '.' in the name makes it ambiguous.
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}", value):
+    if value is not None and not DEPLOYMENT_NAME.fullmatch(value):
         raise ValueError(
             "give 1 to 100 letters, digits, '_' or '-' starting with a letter or digit (no '.', "
             "':' or '/'), e.g. errands"
@@ -50,7 +51,7 @@ def check_deployment_name(value: str | None) -> str | None:
 
 
 def check_build_id(value: str | None) -> str | None:
-    if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", value):
+    if value is not None and not BUILD_ID.fullmatch(value):
         raise ValueError(
             "give 1 to 100 letters, digits, '.', '_' or '-' starting with a letter or digit "
             "(no ':' or '/'), e.g. 2026-12-02.1"
