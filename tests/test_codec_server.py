@@ -32,11 +32,14 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.cli import main
+from errands.cli._codec import dev_codec_server
+from errands.errors import ConfigError
 from errands.gateway import codec_origins, codec_serving, create_codec_app
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ROOT, read_stderr_until, run_cli, start_cli
 from tests.helpers import DATABASE, ask, delegate, eventually, final, is_branch_request
+from tests.histories_raw import readable
 
 TOKEN = secrets.token_urlsafe(32)
 UI = "http://127.0.0.1:8233"
@@ -168,6 +171,48 @@ def test_the_allowed_origins_are_the_configured_ones_else_the_ui_errands_links()
     assert codec_origins(configured) == ["https://ui.example.com", "https://cloud.temporal.io"]
 
 
+@pytest.mark.fast
+async def test_an_origin_given_with_its_default_port_matches_what_the_browser_sends() -> None:
+    configured = Settings(
+        ERRANDS_CODEC_CORS_ORIGINS="https://UI.example.com:443, http://plain.example:80, "
+        "https://other.example:8443"
+    )
+    origins = codec_origins(configured)
+    assert origins == [
+        "https://ui.example.com",
+        "http://plain.example",
+        "https://other.example:8443",
+    ]
+    app = create_codec_app(AesGcmCodec(parse_keys(f"k1={KEY}")), token=TOKEN, origins=origins)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8081") as http:
+        preflight = await http.options(
+            "/decode",
+            headers={"Origin": "https://ui.example.com", "Access-Control-Request-Method": "POST"},
+        )
+        plain = await http.post(
+            "/decode", json=as_json(PLAIN), headers={"Origin": "http://plain.example", **bearer()}
+        )
+        with_port = await http.post(
+            "/decode",
+            json=as_json(PLAIN),
+            headers={"Origin": "https://ui.example.com:443", **bearer()},
+        )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "https://ui.example.com"
+    assert plain.status_code == 200 and with_port.status_code == 200
+
+
+@pytest.mark.fast
+async def test_the_codec_servers_refusals_name_the_codec_server() -> None:
+    async with codec_http() as http:
+        none = await http.post("/decode", json=as_json(PLAIN))
+        wrong = await http.post("/decode", json=as_json(PLAIN), headers=bearer("wrong"))
+    assert "this codec server needs a token" in none.json()["detail"]
+    assert "the codec server was started with" in wrong.json()["detail"]
+    assert "gateway" not in none.json()["detail"] + wrong.json()["detail"]
+
+
 # -- the command's refusals ----------------------------------------------------------------------
 
 
@@ -186,6 +231,43 @@ def test_the_command_refuses_to_start_without_keys_or_beyond_loopback_without_a_
     open_to_all = capsys.readouterr().err
     assert open_to_all.count("\n") == 1 and "Set ERRANDS_API_TOKEN" in open_to_all
     assert KEY not in no_keys + open_to_all
+
+
+@pytest.mark.fast
+def test_the_command_uses_the_embedded_stacks_key_only_when_no_temporal_is_configured(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("ERRANDS_", "TEMPORAL_")):
+            monkeypatch.delenv(name)
+    (tmp_path / "encryption.keys").write_text(f"dev={KEY}\n")
+    monkeypatch.setenv("ERRANDS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no temporal.toml there
+    with socket.socket() as taken:
+        # A taken port: the command gets as far as listening only once it has keys.
+        taken.bind(("127.0.0.1", 0))
+        port = str(taken.getsockname()[1])
+        assert main(["codec-server", "--port", port]) == 2
+        embedded = capsys.readouterr().err
+        profile = tmp_path / "temporal.toml"
+        profile.write_text('[profile.default]\naddress = "temporal.example.com:7233"\n')
+        monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(profile))
+        assert main(["codec-server", "--port", port]) == 2
+        configured = capsys.readouterr().err
+    assert f"port {port}" in embedded and "--port" in embedded, "it had the dev key"
+    assert "set ERRANDS_ENCRYPTION_KEYS" in configured, "a profile's Temporal has its own keys"
+
+
+@pytest.mark.fast
+async def test_the_dev_codec_server_on_a_taken_port_names_codec_port(tmp_path: Path) -> None:
+    keyed = Settings(ERRANDS_ENCRYPTION_KEYS=f"k1={KEY}", ERRANDS_DATA_DIR=str(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: only binding finds it taken
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as refused:
+            async with dev_codec_server(keyed, port):
+                pass
+    assert f"port {port}" in str(refused.value) and "--codec-port" in str(refused.value)
 
 
 # -- acceptance: a task with encryption on, read raw and through the codec server ---------------
@@ -216,21 +298,6 @@ async def temporal_show(address: str, workflow_id: str, *codec: str) -> str:
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     return out.decode()
-
-
-def readable(shown: str) -> str:
-    """What a reader of ``shown`` can read: the JSON, and each payload's data as text."""
-    return "\n".join([shown, *payload_texts(json.loads(shown))])
-
-
-def payload_texts(node: Any) -> list[str]:
-    if isinstance(node, list):
-        return [text for item in node for text in payload_texts(item)]
-    if not isinstance(node, dict):
-        return []
-    if isinstance(node.get("metadata"), dict) and isinstance(node.get("data"), str):
-        return [base64.b64decode(node["data"]).decode(errors="replace")]
-    return [text for value in node.values() for text in payload_texts(value)]
 
 
 def child_ids(shown: str) -> list[str]:
@@ -329,15 +396,18 @@ def dev_env(data_dir: Path, port: int) -> dict[str, str]:
 
 
 async def run_dev(
-    data_dir: Path, task: str | None = None, earlier: str | None = None
+    data_dir: Path,
+    task: str | None = None,
+    earlier: str | None = None,
+    also: dict[str, str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Start ``errands dev --encrypt`` on free ports, read what it printed and what its UI and
     codec server answer (with ``task``, the history of a task `errands run` ran on it, raw and
     through the codec server; with ``earlier``, that task's history through the codec), and
-    stop it."""
+    stop it. ``also``: more of the environment `errands dev` runs in."""
     port, ui_port, codec_port = free_port(), free_port(), free_port()
     proc = await start_cli(
-        dev_env(data_dir, port),
+        {**dev_env(data_dir, port), **(also or {})},
         "dev",
         "--encrypt",
         "--port",
@@ -364,11 +434,17 @@ async def run_dev(
                 },
             )
             opened = await http.post(f"{codec}/decode", json=as_json(sealed))
+            from_ui = await http.post(
+                f"{codec}/decode",
+                json=as_json(sealed),
+                headers={"Origin": f"http://localhost:{ui_port}"},
+            )
             ui_settings = await http.get(f"http://127.0.0.1:{ui_port}/api/v1/settings")
         answers = {
             "codec": codec,
             "preflight": preflight.status_code,
             "decoded": from_json(opened.json()) if opened.status_code == 200 else opened.text,
+            "from_ui": from_json(from_ui.json()) if from_ui.status_code == 200 else from_ui.text,
             "ui": ui_settings.json(),
         }
         address = f"127.0.0.1:{port}"
@@ -408,6 +484,16 @@ async def test_dev_encrypt_keeps_its_key_in_the_data_dir_and_runs_the_codec_for_
     assert key_file.read_text() == key, "the second start reuses the key"
     assert "made an encryption key" not in again
     assert task in answers["earlier"], "the first run's task is readable in the second"
+
+
+async def test_dev_encrypt_decodes_for_its_own_ui_when_another_temporal_is_configured(
+    tmp_path: Path,
+) -> None:
+    elsewhere = {"TEMPORAL_ADDRESS": "temporal.example.com:7233"}
+    printed, answers = await run_dev(tmp_path, also=elsewhere)
+    assert "codec at" in printed
+    assert answers["preflight"] == 200, "the embedded UI's page may ask"
+    assert answers["from_ui"] == [PLAIN], "and a call from it, named localhost, is decoded"
 
 
 async def test_dev_encrypt_on_a_taken_codec_port_says_which_flag_chooses_another(

@@ -18,8 +18,9 @@ from pathlib import Path
 from errands.adapters.devserver import port_open
 from errands.adapters.encryption import configured_keys, new_key
 from errands.adapters.telemetry import configure_logging
+from errands.adapters.temporal_profile import resolve
 from errands.cli._output import note
-from errands.errors import ConfigError
+from errands.errors import ConfigError, ErrandsError
 from errands.settings import Settings, load_settings
 
 DEV_KEY_FILE = "encryption.keys"
@@ -66,7 +67,9 @@ def _write_key(path: Path) -> None:
 async def dev_codec_server(settings: Settings, port: int) -> AsyncIterator[str | None]:
     """With encryption on, the embedded stack's codec server on loopback for the block (its
     URL, for the UI); else nothing (None). It takes no token: the UI a browser opens sends
-    none, and the embedded UI itself is served to this machine alone."""
+    none, and the embedded UI itself is served to this machine alone. It answers the embedded
+    UI's pages (or ERRANDS_CODEC_CORS_ORIGINS), whatever Temporal the settings name: `errands
+    dev` runs its own."""
     if configured_keys(settings) is None:
         yield None
         return
@@ -76,9 +79,12 @@ async def dev_codec_server(settings: Settings, port: int) -> AsyncIterator[str |
             f"at 127.0.0.1:{port}; stop whatever listens there (an `errands codec-server`?) or "
             "choose another port with --codec-port"
         )
-    from errands.gateway import codec_serving
+    from errands.gateway import codec_origins, codec_serving
 
-    async with codec_serving(settings, "127.0.0.1", port, None) as url:
+    origins = codec_origins(settings, ui=f"http://127.0.0.1:{settings.dev_ui_port}")
+    async with codec_serving(
+        settings, "127.0.0.1", port, None, origins=origins, port_flag="--codec-port"
+    ) as url:
         yield url
 
 
@@ -86,7 +92,7 @@ async def codec_server(args: argparse.Namespace) -> int:
     from errands.gateway import codec_serving
 
     settings = load_settings()
-    if not settings.temporal_address:
+    if not _configures_temporal(settings):
         settings = dev_keys(settings)  # beside `errands dev --encrypt`: its key
     token = settings.api_token.get_secret_value() if settings.api_token else None
     configure_logging(settings.log_level, json=settings.log_json)
@@ -95,6 +101,16 @@ async def codec_server(args: argparse.Namespace) -> int:
         note(f"errands codec-server: decoding on {url} for {who}")
         await asyncio.Event().wait()  # until the command is stopped
     return 0
+
+
+def _configures_temporal(settings: Settings) -> bool:
+    """Whether a variable or a ``temporal.toml`` profile names a Temporal server (then its keys
+    are its own, never the embedded stack's). A profile that cannot be read counts as one: the
+    embedded stack's key is used only when nothing else can be meant."""
+    try:
+        return resolve(settings).configured
+    except ErrandsError:
+        return True
 
 
 def key_source(settings: Settings) -> str:

@@ -76,10 +76,13 @@ class BearerGuard:
     """A dependency that refuses a request without ``Authorization: Bearer <token>``, and
     slows a client that keeps sending wrong ones (``Throttle``).
 
-    With no token configured every request passes (the gateway then binds only to loopback)."""
+    With no token configured every request passes (what it guards then binds only to
+    loopback). ``guarding`` names what it guards in its refusals: the gateway, the codec server.
+    """
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, *, guarding: str = "gateway") -> None:
         self._token = token or None
+        self._guarding = guarding
         self._throttle = Throttle()
 
     @property
@@ -96,14 +99,14 @@ class BearerGuard:
             raise HTTPException(
                 429,
                 f"too many wrong tokens from {client}; wait {seconds} s (Retry-After) and send "
-                "the value of ERRANDS_API_TOKEN the gateway was started with",
+                f"the value of ERRANDS_API_TOKEN the {self._guarding} was started with",
                 headers={"Retry-After": str(seconds)},
             )
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized(
-                "this gateway needs a token: send the header `Authorization: Bearer <token>` "
-                "with the value of ERRANDS_API_TOKEN"
+                f"this {self._guarding} needs a token: send the header "
+                "`Authorization: Bearer <token>` with the value of ERRANDS_API_TOKEN"
             )
         # Digests of equal length, compared in constant time: a response's timing says nothing
         # about how much of the token, or of its length, a guess got right.
@@ -111,7 +114,7 @@ class BearerGuard:
             self._throttle.failed(client)
             raise Unauthorized(
                 "the bearer token is wrong; send `Authorization: Bearer <token>` with the value "
-                "of ERRANDS_API_TOKEN the gateway was started with",
+                f"of ERRANDS_API_TOKEN the {self._guarding} was started with",
                 challenge='Bearer error="invalid_token"',
             )
         self._throttle.succeeded(client)

@@ -36,7 +36,7 @@ from errands.adapters.encryption import AesGcmCodec, configured_keys
 from errands.errors import ConfigError, InvalidRequest
 from errands.gateway._auth import LOOPBACK_NAMES, BearerGuard, is_loopback
 from errands.gateway._errors import SEND_JSON, install_handlers
-from errands.gateway._serve import _config, _listening_socket, _run, _Server, _url
+from errands.gateway._listen import Server, config, listening_socket, run, url
 from errands.settings import Settings
 
 log = logging.getLogger("errands.codec")
@@ -45,14 +45,17 @@ ALLOWED_HEADERS = ("Authorization", "Content-Type", "X-Namespace")
 """What the Temporal UI sends with a codec call (the namespace in ``X-Namespace``)."""
 LOOPBACK_ALIASES = ("127.0.0.1", "localhost")
 """One browser opens the embedded UI as 127.0.0.1, another as localhost: both are its origin."""
+DEFAULT_PORTS = {"http": 80, "https": 443}
+"""A browser's ``Origin`` leaves these out, so an origin is compared without them."""
 
 
-def codec_origins(settings: Settings) -> list[str]:
+def codec_origins(settings: Settings, *, ui: str | None = None) -> list[str]:
     """The origins whose pages may call the codec server: ERRANDS_CODEC_CORS_ORIGINS, else the
-    Temporal UI errands links (on loopback under both of its names)."""
+    UI at ``ui`` (``errands dev``: its embedded one, whatever connection is configured), else
+    the Temporal UI errands links; a UI on loopback under both of its names."""
     if settings.codec_cors_origins:
         return [_origin(o) for o in settings.codec_cors_origins.split(",") if o.strip()]
-    ui = settings.temporal_ui()
+    ui = ui or settings.temporal_ui()
     if ui is None:
         return []
     origin = _origin(ui)
@@ -63,16 +66,34 @@ def codec_origins(settings: Settings) -> list[str]:
     return [origin]
 
 
-def _origin(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``, as a browser sends it in ``Origin``."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+def _origin(address: str) -> str:
+    """``scheme://host[:port]`` of ``address``, as a browser sends it in ``Origin``."""
+    origin = normal_origin(address)
+    if origin is None:
         raise ConfigError(
-            f"ERRANDS_CODEC_CORS_ORIGINS holds {url.strip()!r}, which is not an origin; give "
-            "the Temporal UI's address as https://host[:port], comma-separated",
+            f"ERRANDS_CODEC_CORS_ORIGINS holds {address.strip()!r}, which is not an origin; "
+            "give the Temporal UI's address as https://host[:port], comma-separated",
             setting="ERRANDS_CODEC_CORS_ORIGINS",
         )
-    return f"{parts.scheme}://{parts.netloc.lower()}"
+    return origin
+
+
+def normal_origin(address: str) -> str | None:
+    """``scheme://host[:port]`` of ``address``, lowercase and without the scheme's default port
+    (as a browser writes ``Origin``); None if it is no http(s) address."""
+    parts = urlsplit(address.strip())
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        return None
+    host = parts.hostname
+    if parts.scheme not in DEFAULT_PORTS or not host:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or port == DEFAULT_PORTS[parts.scheme]:
+        return f"{parts.scheme}://{host}"
+    return f"{parts.scheme}://{host}:{port}"
 
 
 def create_codec_app(
@@ -80,7 +101,7 @@ def create_codec_app(
 ) -> FastAPI:
     """The codec server's app: ``/encode`` and ``/decode`` behind ``token`` (None: no token,
     for loopback), callable from browsers on ``origins`` only."""
-    guard = BearerGuard(token)
+    guard = BearerGuard(token, guarding="codec server")
     allowed = frozenset(origins)
     app = FastAPI(
         title="errands codec server",
@@ -95,7 +116,7 @@ def create_codec_app(
         # Browsers send an Origin with every POST: a page of another site (or one rebound to
         # this address by DNS) is refused before its token, or its lack of one, counts.
         origin = request.headers.get("origin")
-        if origin is not None and origin.lower() not in allowed:
+        if origin is not None and (normal_origin(origin) or origin.lower()) not in allowed:
             raise HTTPException(
                 403,
                 f"refused a request from the page at {origin[:80]!r}: the codec server answers "
@@ -184,23 +205,34 @@ def check_codec_binding(host: str, token: str | None) -> None:
 
 @asynccontextmanager
 async def codec_serving(
-    settings: Settings, host: str, port: int, token: str | None
+    settings: Settings,
+    host: str,
+    port: int,
+    token: str | None,
+    *,
+    origins: Sequence[str] | None = None,
+    port_flag: str = "--port",
 ) -> AsyncIterator[str]:
     """The codec server for the block, on this event loop; yields its base URL (port 0: a free
-    one). Refusals (no keys, no token beyond loopback, a taken port) come before it listens."""
+    one). Refusals (no keys, no token beyond loopback, a taken port) come before it listens.
+    ``origins``: the pages that may call it (default: ``codec_origins``); ``port_flag``: the
+    flag that chooses ``port``, as a refusal names it."""
     check_codec_binding(host, token)
-    app = create_codec_app(codec_for(settings), token=token, origins=codec_origins(settings))
-    sock: socket.socket = _listening_socket(host, port)
+    allowed = codec_origins(settings) if origins is None else origins
+    app = create_codec_app(codec_for(settings), token=token, origins=allowed)
+    sock: socket.socket = listening_socket(host, port, port_flag=port_flag)
     with sock:
-        server = _Server(_config(app, host, port, settings.forwarded_allow_ips))
-        task = asyncio.create_task(_run(server, sockets=[sock]), name="errands codec server")
+        server = Server(config(app, host, port, settings.forwarded_allow_ips))
+        task = asyncio.create_task(
+            run(server, sockets=[sock], name="errands codec server"), name="errands codec server"
+        )
         try:
             while not server.started:
                 if task.done():
                     await task
                     raise ConfigError(f"the codec server could not listen on {host}:{port}")
                 await asyncio.sleep(0.02)
-            yield _url(sock)
+            yield url(sock)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
