@@ -57,6 +57,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("tests marked fast that need a server:\n" + "\n".join(wrong))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_temporal_of_the_caller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The suite sees none of the developer's Temporal configuration: no ``TEMPORAL_*``
+    variable, and Temporal's default ``temporal.toml`` looked for in an empty directory (the
+    user's configuration directory as envconfig finds it: ``XDG_CONFIG_HOME`` on Linux, the home
+    directory's on macOS, ``APPDATA`` on Windows). Restored at the end. A test that needs a
+    variable or a profile sets it itself (``monkeypatch``, or the environment it gives a
+    process); everything the tests start inherits this."""
+    empty = tmp_path_factory.mktemp("no-temporal-config")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith("TEMPORAL_"):
+                patch.delenv(name)
+        patch.setenv("XDG_CONFIG_HOME", str(empty / "config"))
+        if sys.platform == "darwin":
+            patch.setenv("HOME", str(empty))
+        elif sys.platform == "win32":
+            patch.setenv("APPDATA", str(empty / "config"))
+        yield empty
+
+
 @pytest.fixture(scope="session")
 def tmp_session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("errands")

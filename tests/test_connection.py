@@ -20,30 +20,18 @@ import httpx
 import pytest
 
 import errands
-from errands.adapters.connection import check_unconfigured, resolve, tls_config
+from errands.adapters.connection import Connection, check_unconfigured, resolve, tls_config
 from errands.adapters.devserver import DevServer, free_port
 from errands.adapters.scripted import ScriptedModelServer
 from errands.errors import ConfigError
 from errands.settings import load_settings
-from tests.conftest import OPENAI_KEY, read_stderr_until, run_cli, running_cli
+from tests.conftest import OPENAI_KEY, ROOT, read_stderr_until, run_cli, running_cli
 from tests.helpers import eventually, final
 from tests.test_cli_usage import a_clean_refusal
 from tests.tls_front import NGINX_MISSING, Front, make_material, nginx_path, tls_front
 
 REFUSAL_BOUND = 10.0
 """The issue's bound: each refusal answers within 10 seconds, never a hang."""
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No ``TEMPORAL_*`` variable of the caller's, and a configuration directory without a
-    temporal.toml, so only what a test sets counts."""
-    for name in list(os.environ):
-        if name.startswith("TEMPORAL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    return tmp_path
 
 
 def write_profile(directory: Path, name: str, **entries: object) -> Path:
@@ -66,7 +54,7 @@ def _toml(value: object) -> str:
 
 
 @pytest.mark.fast
-def test_nothing_set_means_the_embedded_dev_server(clean_env: Path) -> None:
+def test_nothing_set_means_the_embedded_dev_server() -> None:
     connection = resolve(load_settings())
     assert not connection.configured
     assert connection.source("address") == "default"
@@ -75,9 +63,9 @@ def test_nothing_set_means_the_embedded_dev_server(clean_env: Path) -> None:
 
 @pytest.mark.fast
 def test_a_profile_gives_the_connection_and_its_namespace_beats_the_default(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    file = write_profile(clean_env, "prod", address="prod.example:7233", namespace="errands-prod")
+    file = write_profile(tmp_path, "prod", address="prod.example:7233", namespace="errands-prod")
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(file))
     monkeypatch.setenv("TEMPORAL_PROFILE", "prod")
     connection = resolve(load_settings())
@@ -89,9 +77,9 @@ def test_a_profile_gives_the_connection_and_its_namespace_beats_the_default(
 
 @pytest.mark.fast
 def test_a_variable_beats_the_profile_and_a_flag_beats_the_variable(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    file = write_profile(clean_env, "default", address="profile:7233", namespace="from-profile")
+    file = write_profile(tmp_path, "default", address="profile:7233", namespace="from-profile")
     monkeypatch.setenv("TEMPORAL_CONFIG_FILE", str(file))
     monkeypatch.setenv("TEMPORAL_ADDRESS", "variable:7233")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "from-variable")
@@ -108,7 +96,7 @@ def test_a_variable_beats_the_profile_and_a_flag_beats_the_variable(
 
 @pytest.mark.fast
 def test_an_api_key_turns_tls_on_and_is_shown_masked(
-    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = "tcld-" + "k3y" * 8
     monkeypatch.setenv("TEMPORAL_ADDRESS", "ns.a1b2c.tmprl.cloud:7233")
@@ -140,11 +128,11 @@ def refused(**variables: str) -> str:
 
 
 @pytest.mark.fast
-def test_bad_material_is_refused_naming_what_to_fix(clean_env: Path) -> None:
-    m = make_material(clean_env / "pki")
+def test_bad_material_is_refused_naming_what_to_fix(tmp_path: Path) -> None:
+    m = make_material(tmp_path / "pki")
     at = {"TEMPORAL_ADDRESS": "127.0.0.1:7233"}
     cert, key = str(m.client_cert), str(m.client_key)
-    missing = str(clean_env / "nowhere.pem")
+    missing = str(tmp_path / "nowhere.pem")
     cases = {
         "TEMPORAL_CONFIG_FILE": (
             {"TEMPORAL_CONFIG_FILE": missing},
@@ -205,19 +193,19 @@ def test_bad_material_is_refused_naming_what_to_fix(clean_env: Path) -> None:
 
 @pytest.mark.fast
 def test_a_profile_that_is_not_in_the_file_is_refused_naming_the_ones_it_has(
-    clean_env: Path,
+    tmp_path: Path,
 ) -> None:
-    file = write_profile(clean_env, "staging", address="staging:7233")
+    file = write_profile(tmp_path, "staging", address="staging:7233")
     message = refused(TEMPORAL_CONFIG_FILE=str(file), TEMPORAL_PROFILE="prod")
     assert message.startswith(f"TEMPORAL_PROFILE=prod: no such profile in {file}")
     assert "(it has staging)" in message
 
 
 @pytest.mark.fast
-def test_bad_material_in_a_profile_names_the_profile_key(clean_env: Path) -> None:
-    m = make_material(clean_env / "pki")
+def test_bad_material_in_a_profile_names_the_profile_key(tmp_path: Path) -> None:
+    m = make_material(tmp_path / "pki")
     file = write_profile(
-        clean_env,
+        tmp_path,
         "prod",
         address="prod:7233",
         tls={"client_cert_path": str(m.expired_cert), "client_key_path": str(m.client_key)},
@@ -225,6 +213,194 @@ def test_bad_material_in_a_profile_names_the_profile_key(clean_env: Path) -> Non
     message = refused(TEMPORAL_CONFIG_FILE=str(file), TEMPORAL_PROFILE="prod")
     assert message.startswith(f"tls.client_cert_path of profile prod in {file}=")
     assert "expired" in message
+
+
+# -- secrets stay out of messages; an API key never crosses the network in the clear -------
+
+SECRET = "supersecretkey123456"
+
+
+@pytest.mark.fast
+def test_a_profile_that_does_not_parse_is_refused_without_quoting_the_file(
+    tmp_path: Path,
+) -> None:
+    broken = {
+        "an unquoted key": (
+            f'[profile.default]\naddress = "prod:7233"\napi_key = {SECRET}\n',
+            "TOML parse error at line 3, column 11: string values must be quoted",
+        ),
+        "an unquoted inline private key": (
+            '[profile.default]\naddress = "prod:7233"\n[profile.default.tls]\n'
+            f"client_key_data = -----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n",
+            "TOML parse error at line 5, column 21",
+        ),
+        "a key given as a number": (
+            '[profile.default]\naddress = "prod:7233"\napi_key = 1234567890123456\n',
+            "TOML parse error at line 3, column 11: invalid type: integer, expected a string",
+        ),
+    }
+    for case, (text, expected) in broken.items():
+        file = tmp_path / "temporal.toml"
+        file.write_text(text)
+        message = refused(TEMPORAL_CONFIG_FILE=str(file))
+        assert message.startswith(f"cannot read the Temporal profile in {file}: "), case
+        assert expected in message, (case, message)
+        assert SECRET not in message and "1234567890123456" not in message, (case, message)
+
+
+@pytest.mark.fast
+def test_a_connection_never_shows_its_key_in_its_repr() -> None:
+    connection = Connection(
+        address="prod:7233",
+        namespace="default",
+        api_key=SECRET,
+        tls=True,
+        client_key=f"-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----",
+        rpc_metadata={"authorization": f"Bearer {SECRET}"},
+    )
+    assert SECRET not in repr(connection) and SECRET not in str(connection)
+    assert "prod:7233" in repr(connection)
+
+
+@pytest.mark.fast
+def test_an_api_key_over_plain_grpc_is_refused_unless_the_server_is_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = {"TEMPORAL_API_KEY": SECRET, "TEMPORAL_TLS": "false"}
+    message = refused(TEMPORAL_ADDRESS="temporal.example:7233", **plain)
+    assert message.startswith("TLS is off (TEMPORAL_TLS=false) but TEMPORAL_API_KEY sets an API")
+    assert "temporal.example:7233 unencrypted" in message and SECRET not in message
+
+    file = write_profile(
+        tmp_path, "prod", address="temporal.example:7233", api_key=SECRET, tls={"disabled": True}
+    )
+    message = refused(TEMPORAL_CONFIG_FILE=str(file), TEMPORAL_PROFILE="prod")
+    where = f"profile prod in {file}"
+    assert message.startswith(f"TLS is off (tls.disabled of {where}) but api_key of {where}")
+
+    for name, value in plain.items():
+        monkeypatch.setenv(name, value)
+    for here in ("127.0.0.1:7233", "127.8.9.10:7233", "localhost:7233", "[::1]:7233"):
+        monkeypatch.setenv("TEMPORAL_ADDRESS", here)
+        assert tls_config(resolve(load_settings())) is False, here
+
+
+@pytest.mark.fast
+def test_grpc_metadata_and_inline_pem_variables_reach_the_connect_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = make_material(tmp_path / "pki")
+    ca = m.ca.read_bytes()
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "variable:7233")
+    monkeypatch.setenv("TEMPORAL_GRPC_META_X_TENANT", "acme")
+    monkeypatch.setenv("TEMPORAL_TLS_SERVER_CA_CERT_DATA", ca.decode())
+    connection = resolve(load_settings(TEMPORAL_ADDRESS="flag:7233"))
+    assert connection.rpc_metadata == {"x-tenant": "acme"}
+    assert connection.address == "flag:7233", "a flag still beats the process's variable"
+    assert connection.tls and connection.source("tls") == (
+        "implied by TEMPORAL_TLS_SERVER_CA_CERT_DATA"
+    )
+    assert connection.report()["server_ca_cert"] == {
+        "value": "inline PEM",
+        "source": "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
+        "variable": "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
+    }
+    tls = tls_config(connection)
+    assert not isinstance(tls, bool) and tls.server_root_ca_cert == ca
+
+
+@pytest.mark.fast
+def test_inline_pem_variables_are_checked_like_files_and_a_key_is_never_shown(
+    tmp_path: Path,
+) -> None:
+    m = make_material(tmp_path / "pki")
+    at = {"TEMPORAL_ADDRESS": "127.0.0.1:7233"}
+    key_pem = m.client_key.read_text()
+    not_a_key = f"-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n"
+    message = refused(**at, TEMPORAL_TLS_SERVER_CA_CERT_DATA="not a certificate")
+    assert message.startswith("TEMPORAL_TLS_SERVER_CA_CERT_DATA (inline PEM) is not a PEM cert")
+    message = refused(
+        **at, TEMPORAL_TLS_CLIENT_CERT_DATA=key_pem, TEMPORAL_TLS_CLIENT_KEY_DATA=key_pem
+    )
+    assert message.startswith("TEMPORAL_TLS_CLIENT_CERT_DATA (inline PEM) is not a PEM cert")
+    assert "(it holds a private key)" in message and key_pem.strip() not in message
+    message = refused(
+        **at,
+        TEMPORAL_TLS_CLIENT_CERT_DATA=m.client_cert.read_text(),
+        TEMPORAL_TLS_CLIENT_KEY_DATA=not_a_key,
+    )
+    assert message.startswith("TEMPORAL_TLS_CLIENT_KEY_DATA (inline PEM) is not a PEM private")
+    assert SECRET not in message
+    both = refused(
+        **at,
+        TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(m.ca),
+        TEMPORAL_TLS_SERVER_CA_CERT_DATA=m.ca.read_text(),
+    )
+    assert "Cannot specify both TEMPORAL_TLS_SERVER_CA_CERT_PATH and" in both
+
+
+# -- Temporal's default temporal.toml: read, and said so ----------------------------------
+
+
+def bare_env(tmp_path: Path, **variables: str) -> dict[str, str]:
+    """An ``errands`` process's environment with no Temporal or errands setting of the caller's,
+    its configuration directory in ``tmp_path``, and a dev port nothing listens on."""
+    inherited = ("TEMPORAL_", "ERRANDS_", "OPENAI_", "ANTHROPIC_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        ERRANDS_DATA_DIR=str(tmp_path / "data"),
+        ERRANDS_DEV_PORT=str(free_port()),
+        **variables,
+    )
+    return env
+
+
+@pytest.mark.fast
+async def test_a_default_profile_nobody_named_is_announced_with_the_way_out(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "config" / "temporalio"
+    directory.mkdir(parents=True)
+    address = f"127.0.0.1:{free_port()}"  # nothing listens: the command ends at once
+    file = write_profile(directory, "default", address=address)
+
+    result = await run_cli(bare_env(tmp_path), "status", "task-x")
+    assert result.code == 2, result.stderr
+    note = f"errands: using Temporal at {address} from profile default in {file}"
+    assert note in result.stderr, result.stderr
+    assert "TEMPORAL_CONFIG_FILE=/dev/null for the embedded stack" in result.stderr
+    assert result.stderr.index(note) < result.stderr.index("cannot connect to Temporal at")
+
+    named = await run_cli(bare_env(tmp_path, TEMPORAL_PROFILE="default"), "status", "task-x")
+    assert named.code == 2 and "using Temporal at" not in named.stderr, named.stderr
+
+    opted_out = bare_env(tmp_path, TEMPORAL_CONFIG_FILE=os.devnull)
+    embedded = await run_cli(opted_out, "status", "task-x")
+    assert embedded.code == 2 and "using Temporal at" not in embedded.stderr
+    assert "no Temporal server is configured or running" in embedded.stderr, embedded.stderr
+
+
+@pytest.mark.fast
+async def test_config_shows_the_settings_and_the_error_of_a_profile_it_cannot_read(
+    tmp_path: Path,
+) -> None:
+    file = tmp_path / "temporal.toml"
+    file.write_text(f'[profile.default]\naddress = "prod:7233"\napi_key = {SECRET}\n')
+    env = bare_env(tmp_path, TEMPORAL_CONFIG_FILE=str(file))
+    shown = await run_cli(env, "config", "--json")
+    assert shown.code == 2, shown.stderr
+    report = shown.json()
+    assert report["TEMPORAL_CONFIG_FILE"]["value"] == str(file), "the settings are shown"
+    error = report["connection"]["error"]
+    assert error.startswith(f"cannot read the Temporal profile in {file}: TOML parse error")
+    assert f"errands: {error}" in shown.stderr
+    text = await run_cli(env, "config")
+    assert text.code == 2
+    assert f"Temporal connection:\n  error: {error}" in text.stdout
+    for output in (shown.stdout, shown.stderr, text.stdout, text.stderr):
+        assert SECRET not in output
 
 
 # -- a real secured endpoint --------------------------------------------------------------
@@ -267,9 +443,7 @@ def by_profile(front: Front, directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def secured_env(
-    cli_env: dict[str, str], model_server: ScriptedModelServer, tmp_path: Path
-) -> dict[str, str]:
+def secured_env(cli_env: dict[str, str], model_server: ScriptedModelServer) -> dict[str, str]:
     """What every process here shares: its own task queue (so only a worker reaching Temporal
     through the secured front serves it), the scripted model, and no plain TEMPORAL_ADDRESS."""
     env = {k: v for k, v in cli_env.items() if not k.startswith("TEMPORAL_")}
@@ -278,8 +452,6 @@ def secured_env(
         OPENAI_API_KEY=OPENAI_KEY,
         OPENAI_BASE_URL=model_server.openai_base_url,
         ERRANDS_MODEL="openai:gpt-secured",
-        HOME=str(tmp_path),
-        XDG_CONFIG_HOME=str(tmp_path / "config"),
     )
     return env
 

@@ -4,13 +4,18 @@ with where each value came from.
 
 Precedence (Temporal's own, with flags on top): a flag, then a ``TEMPORAL_*`` variable, then the
 profile (``TEMPORAL_PROFILE``, default ``default``, of ``TEMPORAL_CONFIG_FILE`` or Temporal's
-default file), then errands' default: the embedded dev server. The variables reach envconfig as
-its environment overrides, so what it merges is exactly what Temporal's CLI would use.
+default file), then errands' default: the embedded dev server. Envconfig gets as its environment
+every ``TEMPORAL_*`` variable of the process (``TEMPORAL_GRPC_META_*``, the ``*_DATA`` forms of
+the TLS material, …) with the settings' values on top (which a flag or ``load_settings``'
+overrides may have given), so what it merges is what Temporal's CLI would use, plus the flags.
+``TEMPORAL_CONFIG_FILE=/dev/null`` reads no file at all (as in Temporal's CLI).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +40,16 @@ VARIABLES = {
     "client_key": "TEMPORAL_TLS_CLIENT_KEY_PATH",
 }
 """Each part of a connection by the variable that sets it."""
+DATA_VARIABLES = {
+    "server_ca_cert": "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
+    "client_cert": "TEMPORAL_TLS_CLIENT_CERT_DATA",
+    "client_key": "TEMPORAL_TLS_CLIENT_KEY_DATA",
+}
+"""The TLS material given as the PEM itself rather than a path (envconfig reads them; the
+settings do not hold them)."""
+OWN_VARIABLES = frozenset({*VARIABLES.values(), "TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE"})
+"""The variables the settings read: envconfig gets the settings' values for these, never the
+process's (a flag or an override may have replaced them)."""
 FIELDS = {
     "address": "temporal_address",
     "namespace": "temporal_namespace",
@@ -68,14 +83,15 @@ class Connection:
     address: str | None
     """None: nothing configured it, so errands uses the embedded dev server."""
     namespace: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     tls: bool = False
     server_name: str | None = None
     server_ca_cert: DataSource | None = None
     """A Path (a file to read) or the PEM itself (a profile's ``*_data``)."""
     client_cert: DataSource | None = None
-    client_key: DataSource | None = None
-    rpc_metadata: Mapping[str, str] = field(default_factory=dict)
+    client_key: DataSource | None = field(default=None, repr=False)
+    rpc_metadata: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """gRPC headers (``TEMPORAL_GRPC_META_*``, a profile's ``grpc_meta``); may carry secrets."""
     sources: Mapping[str, str] = field(default_factory=dict)
     profile: str | None = None
     """``profile NAME in FILE`` when a profile was read."""
@@ -95,7 +111,9 @@ class Connection:
         if source.startswith("flag "):
             return source.removeprefix("flag ")
         if source.startswith("profile "):
-            return f"{PROFILE_KEYS[part]} of {source}"
+            return f"{_profile_key(part, getattr(self, part, None))} of {source}"
+        if source.startswith("TEMPORAL_"):
+            return source
         return VARIABLES[part]
 
     def report(self) -> dict[str, dict[str, Any]]:
@@ -112,9 +130,14 @@ class Connection:
             "api_key": _masked(self.api_key),
         }
         return {
-            part: {"value": value, "source": self.source(part), "variable": VARIABLES[part]}
+            part: {"value": value, "source": self.source(part), "variable": self._variable(part)}
             for part, value in values.items()
         }
+
+    def _variable(self, part: str) -> str:
+        """The variable that sets ``part``: the ``*_DATA`` one when that gave it."""
+        source = self.source(part)
+        return source if source in DATA_VARIABLES.values() else VARIABLES[part]
 
 
 def resolve(
@@ -128,8 +151,9 @@ def resolve(
     where = f"profile {name} in {file}" if file else None
     from_profile = _load(settings, file, {}, disable_env=True)
     flags = settings.given_as_flags()
-    given: dict[str, str] = {}
-    sources: dict[str, str] = {}
+    given = {k: v for k, v in os.environ.items() if k.startswith("TEMPORAL_")}
+    given = {k: v for k, v in given.items() if k not in OWN_VARIABLES}
+    sources = {part: name for part, name in DATA_VARIABLES.items() if name in given}
     for part, field_name in FIELDS.items():
         value = getattr(settings, field_name)
         if value is None or field_name not in settings.model_fields_set:
@@ -177,6 +201,22 @@ def embedded(address: str, settings: Settings) -> Connection:
     )
 
 
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (``host:port``, ``[v6]:port`` or a bare host) is this machine:
+    127.0.0.0/8, ::1 or ``localhost``."""
+    host = address.strip()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host[1:]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_unconfigured(connection: Connection) -> None:
     """Refuse TLS material with no server to use it on (the embedded one takes none)."""
     parts = ("api_key", "client_cert", "client_key", "server_ca_cert")
@@ -209,6 +249,8 @@ def _config_file(settings: Settings) -> Path | None:
     if file is None:
         default = default_config_file()
         return default if default.is_file() else None
+    if str(file) == os.devnull:
+        return None  # Temporal's CLI reads it as an empty file: no profile, not even the default
     if not file.exists():
         raise ConfigError(
             f"TEMPORAL_CONFIG_FILE={file}: no such file; give the path of a temporal.toml "
@@ -243,10 +285,15 @@ def _load(
 
 
 def _profile_error(settings: Settings, file: Path | None, error: Exception) -> ConfigError:
-    reason = " ".join(str(error).split())
+    reason = _reason(str(error))
     profile = settings.temporal_profile
     if profile and "not found" in reason:
-        where = str(file) if file else f"no temporal.toml (looked for {default_config_file()})"
+        named = settings.temporal_config_file
+        where = (
+            str(file or named)
+            if file or named
+            else f"no temporal.toml (looked for {default_config_file()})"
+        )
         known = _profiles(file)
         listed = f" (it has {', '.join(known)})" if known else ""
         return ConfigError(
@@ -254,12 +301,38 @@ def _profile_error(settings: Settings, file: Path | None, error: Exception) -> C
             "of the file (or set TEMPORAL_CONFIG_FILE to the file that has it)",
             setting="TEMPORAL_PROFILE",
         )
+    if "Cannot specify" in reason:
+        return ConfigError(
+            f"{reason.removeprefix('Invalid configuration: ')}: give each of the CA, the client "
+            "certificate and its key one way only (a path or the PEM itself, *_PATH or *_DATA)",
+            setting="TEMPORAL_CONFIG_FILE" if file else None,
+        )
     shown = file or default_config_file()
     return ConfigError(
         f"cannot read the Temporal profile in {shown}: {reason}; fix the file "
         "(TEMPORAL_CONFIG_FILE) or point TEMPORAL_CONFIG_FILE at another one",
         setting="TEMPORAL_CONFIG_FILE",
     )
+
+
+def _reason(text: str) -> str:
+    """What envconfig said, as one line that never quotes the file: a TOML syntax error keeps
+    its position and the parser's last clause (what it expected), not the line it quotes,
+    which may hold an API key or a private key; a value the clause quotes is dropped too."""
+    position = re.search(r"TOML parse error at line \d+, column \d+", text)
+    if position is None:
+        return " ".join(text.split())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if re.match(r"^\d*\s*\|", last) or position.group(0) in last:
+        return position.group(0)
+    clause = re.sub(r"\s*`([^`]*)`", _punctuation_only, last)
+    return f"{position.group(0)}: {' '.join(clause.split())}"
+
+
+def _punctuation_only(quoted: re.Match[str]) -> str:
+    """A quoted token the parser expected (`=`, `]`) stays; a quoted value is dropped."""
+    return quoted.group(0) if re.fullmatch(r"[^\w\s]{1,3}", quoted.group(1)) else ""
 
 
 def _profiles(file: Path | None) -> list[str]:
@@ -290,18 +363,26 @@ def _implied_tls(merged: ClientConfigProfile, sources: Mapping[str, str], where:
     parts = _parts(merged)
     given = ("api_key", "server_ca_cert", "client_cert", "client_key", "server_name")
     implied = next((p for p in given if parts.get(p) is not None), "api_key")
-    return f"implied by {_named(implied, sources, where)}"
+    return f"implied by {_named(implied, sources, where, parts.get(implied))}"
 
 
 def _flag(part: str) -> str:
     return FLAGS.get(part, VARIABLES[part])
 
 
-def _named(part: str, sources: Mapping[str, str], where: str | None) -> str:
+def _named(part: str, sources: Mapping[str, str], where: str | None, value: Any = None) -> str:
     source = sources.get(part)
     if source is None or source.startswith("profile "):
-        return f"{PROFILE_KEYS[part]} of {where}" if where else VARIABLES[part]
+        return f"{_profile_key(part, value)} of {where}" if where else VARIABLES[part]
     return source.removeprefix("flag ")
+
+
+def _profile_key(part: str, value: Any) -> str:
+    """The profile's key for ``part``: ``*_data`` when it gave the PEM itself, else ``*_path``."""
+    key = PROFILE_KEYS[part]
+    if part in DATA_VARIABLES and value is not None and not isinstance(value, Path):
+        return key.removesuffix("_path") + "_data"
+    return key
 
 
 def _shown_source(source: DataSource | None) -> str | None:

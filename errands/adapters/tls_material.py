@@ -1,7 +1,9 @@
 """The TLS material of a connection, checked before any connection is tried: each file exists
-and reads, each certificate is a PEM certificate valid today, a client key goes with its
-certificate. A problem is one ``ConfigError`` line naming the variable or profile key to fix —
-the TLS stack would otherwise say it later, deep in a stack trace or not at all."""
+and reads, each certificate (a file, or the PEM itself from a ``*_DATA`` variable or a profile's
+``*_data``) is a PEM certificate valid today, a client key goes with its certificate, and an API
+key never leaves this machine over plain gRPC. A problem is one ``ConfigError`` line naming the
+variable or profile key to fix — the TLS stack would otherwise say it later, deep in a stack
+trace or not at all. A PEM given inline is never shown, a private key least of all."""
 
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ from cryptography.hazmat.primitives import serialization
 from temporalio.envconfig import DataSource
 from temporalio.service import TLSConfig
 
-from errands.adapters.temporal_profile import PROFILE_KEYS, VARIABLES, Connection
+from errands.adapters.temporal_profile import PROFILE_KEYS, VARIABLES, Connection, is_loopback
 from errands.errors import ConfigError
 
 
 def tls_config(connection: Connection) -> TLSConfig | bool:
     """What ``Client.connect`` takes for ``tls``, from checked material; False when off."""
     if not connection.tls:
+        check_plain_key(connection)
         return False
     check_pairing(connection)
     ca = _read(connection, "server_ca_cert")
@@ -38,6 +41,22 @@ def tls_config(connection: Connection) -> TLSConfig | bool:
         server_root_ca_cert=ca,
         client_cert=cert,
         client_private_key=key,
+    )
+
+
+def check_plain_key(connection: Connection) -> None:
+    """Refuse an API key with TLS turned off, unless the server is this machine: the key would
+    cross the network in the clear."""
+    address = connection.address
+    if connection.tls or connection.api_key is None or address is None or is_loopback(address):
+        return
+    off = connection.entry("tls")
+    said = f"{off}=false" if off.startswith("TEMPORAL_") else off
+    raise ConfigError(
+        f"TLS is off ({said}) but {connection.entry('api_key')} sets an API key: it would go to "
+        f"{address} unencrypted; turn TLS on (unset {off}) or unset the key (a key goes over "
+        "plain gRPC only to this machine)",
+        setting=off,
     )
 
 
@@ -93,7 +112,7 @@ def _certificates(connection: Connection, part: str, data: bytes) -> list[x509.C
     if not found:
         hint = " (it holds a private key)" if b"PRIVATE KEY" in data else ""
         raise ConfigError(
-            f"{entry}={_shown(connection, part)} is not a PEM certificate{hint}; give the "
+            f"{_given(connection, part)} is not a PEM certificate{hint}; give the "
             f"{_what(part)} (-----BEGIN CERTIFICATE-----)",
             setting=entry,
         )
@@ -106,14 +125,14 @@ def _valid_today(connection: Connection, cert: x509.Certificate) -> None:
     if cert.not_valid_after_utc < now:
         ended = cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M UTC")
         raise ConfigError(
-            f"{entry}={_shown(connection, 'client_cert')}: the client certificate expired on "
+            f"{_given(connection, 'client_cert')}: the client certificate expired on "
             f"{ended}; give a renewed certificate (and its key)",
             setting=entry,
         )
     if cert.not_valid_before_utc > now:
         starts = cert.not_valid_before_utc.strftime("%Y-%m-%d %H:%M UTC")
         raise ConfigError(
-            f"{entry}={_shown(connection, 'client_cert')}: the client certificate is not valid "
+            f"{_given(connection, 'client_cert')}: the client certificate is not valid "
             f"before {starts}; check this machine's clock or give a certificate valid now",
             setting=entry,
         )
@@ -125,13 +144,13 @@ def _matching_key(connection: Connection, cert: x509.Certificate, data: bytes) -
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
         raise ConfigError(
-            f"{entry}={_shown(connection, 'client_key')} is an encrypted private key; give it "
+            f"{_given(connection, 'client_key')} is an encrypted private key; give it "
             "without a passphrase (openssl pkey -in KEY -out PLAIN)",
             setting=entry,
         ) from None
     except (ValueError, UnsupportedAlgorithm):
         raise ConfigError(
-            f"{entry}={_shown(connection, 'client_key')} is not a PEM private key; give the "
+            f"{_given(connection, 'client_key')} is not a PEM private key; give the "
             "client certificate's private key (-----BEGIN PRIVATE KEY-----)",
             setting=entry,
         ) from None
@@ -139,16 +158,18 @@ def _matching_key(connection: Connection, cert: x509.Certificate, data: bytes) -
     info = serialization.PublicFormat.SubjectPublicKeyInfo
     if key.public_key().public_bytes(pem, info) != cert.public_key().public_bytes(pem, info):
         raise ConfigError(
-            f"{entry}={_shown(connection, 'client_key')} is not the key of the client "
-            f"certificate {connection.entry('client_cert')}={_shown(connection, 'client_cert')}; "
+            f"{_given(connection, 'client_key')} is not the key of the client "
+            f"certificate {_given(connection, 'client_cert')}; "
             "give the two files that belong together",
             setting=entry,
         )
 
 
-def _shown(connection: Connection, part: str) -> str:
+def _given(connection: Connection, part: str) -> str:
+    """``ENTRY=PATH`` for a file, ``ENTRY (inline PEM)`` for the PEM itself (never shown)."""
+    entry = connection.entry(part)
     source = getattr(connection, part)
-    return str(source) if isinstance(source, Path) else "(inline PEM)"
+    return f"{entry}={source}" if isinstance(source, Path) else f"{entry} (inline PEM)"
 
 
 def _what(part: str) -> str:

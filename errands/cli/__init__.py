@@ -240,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
     codec.add_argument("--port", type=_port, default=DEV_CODEC_PORT)
     codec.set_defaults(stops_by_signal=True)
 
-    command("worker", commands.worker, "run a worker against TEMPORAL_ADDRESS", json=False)
+    command("worker", commands.worker, "run a worker against the configured Temporal", json=False)
     upgrade.add_command(sub)
     for name in REACHES_TEMPORAL:
         if name in sub.choices:

@@ -272,6 +272,9 @@ async def config(args: argparse.Namespace) -> int:
         print(render_report(report))
         print()
         print(render_connection(connection))
+    if "error" in connection:  # the settings are shown; the connection cannot be read
+        note(f"errands: {connection['error']}")
+        return 2
     return 0
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from errands.adapters.connection import resolve
+from errands.adapters.connection import Connection, resolve
 from errands.cli._terminal import one_line
+from errands.errors import ConfigError
 from errands.settings import Settings
 
 REACHES_TEMPORAL = (
@@ -54,13 +55,19 @@ def connection_flags(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def connection_report(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The connection, secrets masked, each part with its source (``errands config``)."""
-    return resolve(settings).report()
+def connection_report(settings: Settings) -> dict[str, Any]:
+    """The connection, secrets masked, each part with its source (``errands config``); a
+    connection that cannot be read is ``{"error": "the one line"}``, so the settings still show."""
+    try:
+        return dict(resolve(settings).report())
+    except ConfigError as error:
+        return {"error": one_line(" ".join(error.message.split()))}
 
 
-def render_connection(report: dict[str, dict[str, Any]]) -> str:
-    """``report`` as aligned lines under a heading: ``part  value  (source)``."""
+def render_connection(report: dict[str, Any]) -> str:
+    """``report`` as aligned lines under a heading: ``part  value  (source)``, or its error."""
+    if "error" in report:
+        return "\n".join(["Temporal connection:", f"  error: {report['error']}"])
     values = {part: _text(entry["value"]) for part, entry in report.items()}
     width = max(map(len, report), default=0)
     value_width = min(max(map(len, values.values()), default=0), 40)
@@ -69,6 +76,22 @@ def render_connection(report: dict[str, dict[str, Any]]) -> str:
         for part, entry in report.items()
     ]
     return "\n".join(["Temporal connection:", *lines])
+
+
+def default_profile_note(settings: Settings, connection: Connection) -> str | None:
+    """The line to print when the address comes from a profile nobody named: Temporal's default
+    ``temporal.toml`` (no TEMPORAL_PROFILE, --profile, TEMPORAL_CONFIG_FILE or --config-file).
+    Temporal's convention is kept, but a Temporal CLI user is told where their task goes."""
+    if settings.temporal_profile or settings.temporal_config_file is not None:
+        return None
+    source = connection.source("address")
+    if not source.startswith("profile "):
+        return None
+    return one_line(
+        f"errands: using Temporal at {connection.address} from {source}, Temporal's default "
+        "file (TEMPORAL_CONFIG_FILE=/dev/null for the embedded stack, or TEMPORAL_ADDRESS or "
+        "--address for another server)"
+    )
 
 
 def _text(value: Any) -> str:

@@ -11,6 +11,7 @@ from errands.adapters.connection import check_unconfigured, resolve
 from errands.adapters.devserver import DevServer, port_open
 from errands.adapters.store import open_store
 from errands.cli._codec import dev_keys
+from errands.cli._connection import default_profile_note
 from errands.cli._output import note
 from errands.client import Client, connect
 from errands.errors import ConfigError, DevServerError
@@ -22,7 +23,10 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
     """A client on the configured Temporal (flags, ``TEMPORAL_*``, a ``temporal.toml``
     profile), else on a running `errands dev`, else on the embedded dev server and a worker
     started here when nothing else is configured."""
-    if resolve(settings).configured:
+    connection = resolve(settings)
+    if connection.configured:
+        if (line := default_profile_note(settings, connection)) is not None:
+            note(line)
         temporal = await connect(settings)
         async with Client(temporal, settings) as client:
             yield client
@@ -42,7 +46,7 @@ async def stack(settings: Settings, *, need_worker_here: bool) -> AsyncIterator[
             f"stack with `errands dev` (it listens on {local})",
             setting="TEMPORAL_ADDRESS",
         )
-    check_unconfigured(resolve(settings))
+    check_unconfigured(connection)
     from errands.workers import running_workers
 
     store = open_store(settings.session_database_url())
