@@ -33,7 +33,7 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import TaskSummary
-from errands.contracts.search import SESSION
+from errands.contracts.search import SESSION, SESSION_MEMO
 from errands.contracts.workflows import TaskResult
 from errands.errors import ConfigError
 from errands.plugin import ErrandsPlugin
@@ -271,6 +271,8 @@ async def test_a_message_queued_after_the_end_starts_a_private_task_of_the_same_
         assert described.typed_search_attributes.get(SESSION) == s.client.session_tags.written(
             session
         )
+        # The session id in the successor's (encrypted) memo: listing it fetches no history.
+        assert await described.memo_value(SESSION_MEMO, type_hint=str) == session
         listed = await eventually(
             lambda: _both_listed(s.client, session, {first.task_id, receipt.task_id}),
             "the session's two tasks in visibility",

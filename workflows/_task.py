@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt, ApprovalRequest
     from errands.contracts.events import EventType
-    from errands.contracts.search import initial
+    from errands.contracts.search import SESSION_MEMO, initial
     from errands.contracts.workflows import (
         WAKE_SIGNAL,
         AnswerReceipt,
@@ -321,6 +321,9 @@ class TaskWorkflow:
             return
         data, first, rest = self.data, self.state.queued[0], self.state.queued[1:]
         next_id = ids.queued_task_id(data.task_id, self.state.messages)
+        # The session id in the memo, as the client starts a task with encryption on: listing
+        # the successor then reads it there, not from its history (memo is not replayed).
+        session = workflow.memo_value(SESSION_MEMO, default=None)
         await workflow.start_child_workflow(
             "TaskWorkflow",
             data.model_copy(
@@ -332,6 +335,7 @@ class TaskWorkflow:
                 initial(session_value(data.session_id)) if data.search_attributes else None
             ),
             static_summary=f"queued after {data.task_id}",
+            memo=None if session is None else {SESSION_MEMO: session},
         )
         self.state.queued = []
         self._next_task = next_id
