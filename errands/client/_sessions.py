@@ -3,8 +3,9 @@
 Without encryption ``ErrandsSession`` holds the session id, and that is the whole story. With
 encryption it holds a keyed digest (``SessionTags``): a search asks for every digest the
 configured keys make (and the id itself, for tasks started before encryption was on), and the
-id is read back from the task's memo, which is encrypted like any payload; a task started
-without that memo (a queued task its workflow started) is asked through its start input.
+id is read back from the task's memo, which is encrypted like any payload (a queued task its
+workflow starts carries it too); a task started without that memo (a queued task started before
+its workflow passed the memo on) is asked through its start input.
 """
 
 from __future__ import annotations
