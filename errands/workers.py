@@ -22,6 +22,7 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore, open_store
 from errands.adapters.telemetry import configure_logging, runtime_with_metrics, tracing_interceptors
 from errands.client import connect
+from errands.client._upgrade import routed_builds
 from errands.errors import ConfigError
 from errands.plugin import ErrandsPlugin, cache_workflow_bytecode, worker_deployment
 from errands.settings import Settings
@@ -32,6 +33,8 @@ HEARTBEAT_THROTTLE = timedelta(seconds=2)
 """At most this long between the heartbeats an activity sends the server: a cancellation reaches
 a running model call within about this (the SDK's default, 0.8 x the heartbeat timeout, would
 be 24 s)."""
+ROUTING_CHECK_SECONDS = 10.0
+"""How long a versioned worker waits for Temporal to describe its deployment, once, at start."""
 
 
 def build_worker(
@@ -119,6 +122,32 @@ async def running_workers(
             store.close()
 
 
+async def warn_unless_routed(client: Client, settings: Settings) -> None:
+    """One warning when this versioned worker's build is neither its deployment's current nor
+    its ramping version: Temporal sends it no new task, only those already pinned to it. The
+    worker runs on either way; a deployment Temporal cannot describe (none of its versions made
+    current yet, or Temporal not answering) gets the same warning."""
+    name, build = settings.deployment_name, settings.build_id
+    if name is None or build is None:
+        return
+    try:
+        routed = await asyncio.wait_for(routed_builds(client, name), ROUTING_CHECK_SECONDS)
+    except Exception:  # noqa: BLE001 - a check that informs: it never stops the worker
+        routed = (None, None)
+    if build in routed:
+        return
+    logging.getLogger("errands").warning(
+        "build %s is not the current or ramping version of worker deployment %s, so no new "
+        "task comes to this worker (tasks already pinned to it still run here); make it "
+        "current with: temporal worker deployment set-current-version --deployment-name %s "
+        "--build-id %s",
+        build,
+        name,
+        name,
+        build,
+    )
+
+
 def _carries_errands(plugins: Sequence[object]) -> bool:
     return any(isinstance(p, ErrandsPlugin) for p in plugins)
 
@@ -158,4 +187,5 @@ async def run_worker(settings: Settings) -> None:
     async with running_workers(client, settings, graceful_shutdown_timeout=timedelta(seconds=60)):
         polled = [settings.task_queue, *settings.model_task_queues()]
         logging.getLogger("errands").info("worker polling %s", ", ".join(polled))
+        await warn_unless_routed(client, settings)
         await stop.wait()

@@ -11,6 +11,7 @@ history with it would fail as nondeterministic.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -40,8 +41,8 @@ from errands.client import Client as ErrandsClient
 from errands.contracts.workflows import TaskResult
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
-from errands.workers import build_worker
-from tests.conftest import ROOT, kill_worker, run_cli, worker_env
+from errands.workers import build_worker, warn_unless_routed
+from tests.conftest import ROOT, kill_worker, read_stderr_until, run_cli, running_cli, worker_env
 from tests.helpers import DATABASE, ask, delegate, eventually, final, start_task, until_waiting
 
 DEPLOYMENT = "errands-test"
@@ -151,18 +152,18 @@ async def temporal_cli(server: DevServer, *args: str) -> int:
     return await asyncio.wait_for(proc.wait(), 30)
 
 
-async def make_current(server: DevServer, build: str) -> None:
+async def make_current(server: DevServer, build: str, deployment: str = DEPLOYMENT) -> None:
     """`temporal worker deployment set-current-version`, once the build's workers poll."""
 
     async def made() -> bool:
         code = await temporal_cli(
             server,
             "worker", "deployment", "set-current-version",
-            "--deployment-name", DEPLOYMENT, "--build-id", build, "--yes",
+            "--deployment-name", deployment, "--build-id", build, "--yes",
         )  # fmt: skip
         return code == 0
 
-    await eventually(made, f"{DEPLOYMENT}:{build} to become current", interval=0.5)
+    await eventually(made, f"{deployment}:{build} to become current", interval=0.5)
 
 
 async def runs_of(client: Client, workflow_id: str, first_run_id: str) -> list[list[Any]]:
@@ -410,3 +411,47 @@ async def test_a_worker_of_the_plugin_pins_errands_workflows_whatever_version_it
     assert declared is not None and declared.version == CommonVersion("ours", "b8")
     assert declared.default_versioning_behavior == VersioningBehavior.PINNED
     await router.aclose()
+
+
+async def test_a_worker_whose_build_gets_no_new_tasks_says_how_to_make_it_current(
+    versioned_server: DevServer,
+    model_server: ScriptedModelServer,
+    settings: Settings,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    deployment, queue = f"warned-{uuid.uuid4().hex[:6]}", f"warned-{uuid.uuid4().hex[:6]}"
+    env = {
+        **worker_env(versioned_server, queue, database_url, model_server),
+        "ERRANDS_DEPLOYMENT_NAME": deployment,
+        "ERRANDS_BUILD_ID": "b1",
+        "ERRANDS_LOG_JSON": "false",
+    }
+    command = (
+        f"temporal worker deployment set-current-version --deployment-name {deployment} "
+        "--build-id b1"
+    )
+    temporal = await Client.connect(versioned_server.address)
+    async with running_cli(env, "worker") as worker:
+        # A deployment no version of which was ever made current: the worker says so, and runs.
+        said = await read_stderr_until(worker, "set-current-version")
+        [warning] = [line for line in said.splitlines() if "set-current-version" in line]
+        assert "WARNING" in warning and command in warning
+        assert "tasks already pinned to it still run here" in warning
+        assert worker.returncode is None
+
+        await make_current(versioned_server, "b1", deployment)
+        b1 = settings.model_copy(update={"deployment_name": deployment, "build_id": "b1"})
+        b2 = b1.model_copy(update={"build_id": "b2"})
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="errands"):
+            await warn_unless_routed(temporal, b1)
+            assert not ours(caplog), "the current build is not warned about"
+            await warn_unless_routed(temporal, b2)
+        [record] = ours(caplog)
+        assert record.levelno == logging.WARNING
+        assert "--build-id b2" in record.getMessage()
+
+
+def ours(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("errands")]

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
+from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -112,13 +113,26 @@ def deployment_of(settings: Settings, from_build: str, deployment: str | None) -
     return name
 
 
+async def routed_builds(temporal: TemporalClient, deployment: str) -> tuple[str | None, str | None]:
+    """The build ids of ``deployment``'s current and ramping versions, the ones new tasks go to
+    (None: none, or unversioned workers). The server's ``RPCError`` as it raised it."""
+    request = DescribeWorkerDeploymentRequest(
+        namespace=temporal.namespace, deployment_name=deployment
+    )
+    described = await temporal.workflow_service.describe_worker_deployment(request)
+    routing = described.worker_deployment_info.routing_config
+    current = routing.current_deployment_version.build_id
+    ramping = routing.ramping_deployment_version.build_id
+    return (
+        current if routing.HasField("current_deployment_version") and current else None,
+        ramping if routing.HasField("ramping_deployment_version") and ramping else None,
+    )
+
+
 async def current_build(client: Client, deployment: str) -> str | None:
     """The build id of ``deployment``'s current version (None: unversioned is current)."""
-    request = DescribeWorkerDeploymentRequest(
-        namespace=client.namespace, deployment_name=deployment
-    )
     try:
-        described = await client.temporal.workflow_service.describe_worker_deployment(request)
+        current, _ = await routed_builds(client.temporal, deployment)
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             raise InvalidRequest(
@@ -129,10 +143,7 @@ async def current_build(client: Client, deployment: str) -> str | None:
         raise TemporalUnreachable(
             f"Temporal could not describe worker deployment {deployment!r}: {error.message}"
         ) from None
-    routing = described.worker_deployment_info.routing_config
-    if not routing.HasField("current_deployment_version"):
-        return None
-    return routing.current_deployment_version.build_id or None
+    return current
 
 
 async def _wake(client: Client, execution: WorkflowExecution) -> bool:
