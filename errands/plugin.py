@@ -132,7 +132,8 @@ class ErrandsPlugin(SimplePlugin):
         ):
             raise ConfigError(
                 "ERRANDS_ENCRYPTION_KEYS is set but the worker's client does not encrypt with "
-                "those keys: connect with Client.connect(..., plugins=[ErrandsPlugin(...)]) or "
+                "those keys (the same keys in the same order: the first encrypts): connect with "
+                "Client.connect(..., plugins=[ErrandsPlugin(...)]) or "
                 "data_converter=errands.adapters.encryption.data_converter(settings)",
                 setting="ERRANDS_ENCRYPTION_KEYS",
             )
