@@ -100,7 +100,8 @@ class Settings(BaseSettings):
     """The ``temporal.toml`` whose profile gives the connection (Temporal's own format;
     ``--config-file`` wins over it).
 
-    Unset: Temporal's default file (``~/.config/temporalio/temporal.toml``) if it exists."""
+    Unset: Temporal's default file (``~/.config/temporalio/temporal.toml``) if it exists;
+    ``/dev/null``: no file, so the embedded dev server when nothing else names a server."""
     temporal_profile: str | None = Field(default=None, alias="TEMPORAL_PROFILE")
     """The profile of that file to use (``--profile`` wins over it); unset: ``default``."""
     temporal_api_key: SecretStr | None = Field(default=None, alias="TEMPORAL_API_KEY")
