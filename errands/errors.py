@@ -182,8 +182,29 @@ class Unauthorized(Refused):
         self.challenge = challenge
 
 
-class TaskNotFound(Refused):
-    """No task has that id (or the id names a workflow that is not a task)."""
+class NotFound(Refused):
+    """Nothing the caller may see has that id: it does not exist, or it is someone else's
+    (SPEC §10: another principal's task or session is answered exactly as a missing one)."""
+
+
+class TaskNotFound(NotFound):
+    """No task has that id (or the id names a workflow that is not a task), or the task is not
+    the caller's to see."""
+
+
+class SessionNotFound(NotFound):
+    """No session the caller may see has that id."""
+
+
+class QuotaExceeded(Refused):
+    """A start over one of the acting principal's quotas (``ERRANDS_QUOTAS``): nothing was
+    started. ``retry_after``: seconds until the quota allows it again (the HTTP ``Retry-After``);
+    ``quota``: which one (``running_tasks``, ``starts_per_hour``, ``cost_per_day_usd``)."""
+
+    def __init__(self, message: str, *, quota: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.quota = quota
+        self.retry_after = retry_after
 
 
 class Conflict(Refused):

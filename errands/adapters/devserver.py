@@ -31,6 +31,7 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "ErrandsRound": "Int",
     "ErrandsCost": "Double",
     "ErrandsSession": "Keyword",
+    "ErrandsOwner": "Keyword",
 }
 """The custom search attributes the workflows set, registered at server start."""
 

@@ -29,10 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
-from typing import Literal
 
 from errands.agent.arguments import read_arguments
-from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalRequest
+from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalPolicy, ApprovalRequest
 from errands.contracts.visible import MAYBE_HIDDEN, hidden_in_approval
 
 SHOWN_MAX_BYTES = 64 * 1024
@@ -48,9 +47,7 @@ INDENTED_MAX_BYTES = SHOWN_MAX_BYTES
 nesting indented two spaces a level could multiply the size of what the user must read."""
 
 
-def need_of(
-    index: int, tool: str, policy: Literal["ask", "always"], raw: str, why: str
-) -> ApprovalNeed:
+def need_of(index: int, tool: str, policy: ApprovalPolicy, raw: str, why: str) -> ApprovalNeed:
     """A call that waits for the user, canonicalised and hashed here, in the activity that
     finds it: what the person sees and the digest they answer are computed once, recorded in
     the activity's result, and never again in workflow code (whose replay may run on another

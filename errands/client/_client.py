@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from temporalio.client import Client as TemporalClient
 from temporalio.client import Interceptor, Plugin
@@ -20,17 +22,20 @@ from temporalio.service import RPCError
 
 from errands.adapters import connection as connections
 from errands.adapters.encryption import SessionTags, data_converter, encrypting, session_tags
-from errands.adapters.store import SessionStore, open_store, sqlite_path
+from errands.adapters.store import SessionStore, TaskStart, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
+from errands.client._access import check_session
 from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
+from errands.client._quotas import check_start
 from errands.client._refusals import refusal
 from errands.client._sessions import session_of, session_query, start_memo
 from errands.client._task_calls import TASK_WORKFLOW
 from errands.client._upgrade import TaskOnOldVersion, upgrade
 from errands.contracts import ids, limits, search
 from errands.contracts.messages import StoredMessage
+from errands.contracts.principals import OPERATOR, Principal
 from errands.contracts.workflows import TaskInput, TaskResult
 from errands.errors import ConfigError, Conflict, InvalidRequest, TemporalUnreachable
 from errands.settings import Settings, load_settings
@@ -168,7 +173,13 @@ class Client:
     choose the task queue, the default models, prices and the SPEC constants a new task gets.
     ``store``: the session store to read history and progress from (default: opened from
     ``settings`` on first use, never created: a SQLite file that does not exist is refused).
-    ``temporal`` may be None for a client that only reads sessions (``history``)."""
+    ``temporal`` may be None for a client that only reads sessions (``history``).
+
+    ``acting``: the principal every call acts as (SPEC §10): it owns the tasks it starts, sees
+    only its own tasks and sessions (others' are ``TaskNotFound``/``SessionNotFound``, as missing
+    ones), and its answers and approvals are recorded as its own. An application server that
+    embeds errands makes one per request with ``as_principal``. None (the default): the operator,
+    checked against nothing (the CLI)."""
 
     def __init__(
         self,
@@ -177,12 +188,29 @@ class Client:
         *,
         store: SessionStore | None = None,
         query_timeout: float = QUERY_TIMEOUT,
+        acting: Principal | None = None,
     ) -> None:
         self._temporal = temporal
         self._settings = settings or load_settings()
         self._store = store
         self._owns_store = False
         self.query_timeout = query_timeout
+        self.acting = acting
+
+    def as_principal(self, principal: Principal | None) -> Client:
+        """This client acting as ``principal``: the same connection and store (closing it closes
+        nothing), every call checked as theirs."""
+        view = copy.copy(self)
+        view._store = self._reader(False)
+        view._owns_store = False
+        view.acting = principal
+        return view
+
+    @property
+    def actor(self) -> Principal:
+        """Who an answer, an approval or a message is recorded as: the acting principal, or
+        the operator."""
+        return self.acting or OPERATOR
 
     @classmethod
     async def connect(
@@ -243,15 +271,23 @@ class Client:
         return TaskHandle(self, task_id)
 
     async def start(self, text: str, **options: Unpack[StartOptions]) -> TaskHandle:
-        """Start a task and return at once (``options``: see ``StartOptions``)."""
+        """Start a task and return at once (``options``: see ``StartOptions``). Acting as a
+        principal: the task is theirs, the session too if nobody owned it (a session someone
+        else owns is ``SessionNotFound``; an admin's task there is the session owner's), and
+        their quotas are checked first (``QuotaExceeded``: nothing started)."""
         data = task_input(self._settings, text, **options)
+        data = data.model_copy(update={"owner": await self._owner_of_new_task(data.session_id)})
+        if self.acting is not None:
+            await check_start(self, self.acting)
         try:
             await self.temporal.start_workflow(
                 TASK_WORKFLOW,
                 data,
                 id=data.task_id,
                 task_queue=self._settings.task_queue,
-                search_attributes=search.initial(self.session_tags.written(data.session_id)),
+                search_attributes=search.initial(
+                    self.session_tags.written(data.session_id), data.owner
+                ),
                 memo=start_memo(self.session_tags, data.session_id),
                 static_summary=text[:200],  # encrypted with the payloads when keys are set
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -264,7 +300,29 @@ class Client:
             ) from None
         except RPCError as error:
             raise refusal(error, data.task_id, self.namespace) from None
+        if data.owner is not None:
+            await self._store_call(
+                "record_start",
+                TaskStart(
+                    task_id=data.task_id,
+                    owner=data.owner,
+                    session_id=data.session_id,
+                    started_at=datetime.now(UTC),
+                ),
+            )
         return TaskHandle(self, data.task_id, session_id=data.session_id)
+
+    async def _owner_of_new_task(self, session_id: str) -> str | None:
+        """Whose a new task in ``session_id`` is: the session's owner. Acting as a principal,
+        a session nobody owns becomes theirs; another's is refused unless they are an admin. The
+        operator's task belongs to the session's owner, if any."""
+        principal = self.acting
+        if principal is None:
+            owner: str | None = await self._store_call("session_owner", session_id)
+            return owner
+        owner = await self._store_call("claim_session", session_id, principal.id)
+        check_session(principal, session_id, owner)
+        return owner
 
     async def run(self, text: str, **options: Unpack[StartOptions]) -> TaskResult:
         """Start a task and wait for its result (``result.raise_for_status()`` to raise unless
@@ -276,6 +334,8 @@ class Client:
         """The latest ``limit`` tasks (of ``session``), newest first, from Temporal's
         visibility (which lags a start by up to a second or so)."""
         query = f"WorkflowType = '{TASK_WORKFLOW}'"
+        if self.acting is not None and not self.acting.is_admin:
+            query += f" AND {search.owner_filter(self.acting.id)}"
         if session is not None:
             query += f" AND {session_query(self.session_tags, check_session_id(session))}"
         found = []
@@ -319,8 +379,22 @@ class Client:
         """The session's messages, oldest first (those with ``seq > after``)."""
         store = await asyncio.to_thread(self._reader, True)
         assert store is not None
+        if self.acting is not None:
+            owner = await asyncio.to_thread(store.session_owner, session_id)
+            check_session(self.acting, session_id, owner)
         rows = await asyncio.to_thread(store.list_session, session_id)
         return [r for r in rows if r.seq > after]
+
+    async def _store_call(self, method: str, *args: object) -> Any:
+        """``method`` of the session store (created on first use: a start may be the first
+        thing this errands does), off the event loop."""
+        store = await asyncio.to_thread(self._writer)
+        return await asyncio.to_thread(getattr(store, method), *args)
+
+    def _writer(self) -> SessionStore:
+        if self._store is None:
+            self._store, self._owns_store = open_store(self._settings.session_database_url()), True
+        return self._store
 
     def _reader(self, required: bool) -> SessionStore | None:
         """The store to read from. One that does not exist yet is never created by a read:

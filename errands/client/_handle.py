@@ -27,6 +27,7 @@ from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, Approval
 from errands.contracts.events import TERMINAL, StoredEvent
 from errands.contracts.limits import SIDE_TIMEOUT_SECONDS
 from errands.contracts.workflows import (
+    CANCEL_REQUESTED_SIGNAL,
     AnswerReceipt,
     MessageReceipt,
     SendMessage,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     pass
 
 SIDE_QUESTION_WORKFLOW = "SideQuestionWorkflow"
+
 RANDOM_BYTES = 8
 """Random part of task and side-question ids: 64 bits, so two never collide."""
 
@@ -104,12 +106,14 @@ class TaskHandle(TaskCalls):
 
     async def pending_question(self) -> dict[str, Any] | None:
         """The question set waiting for an answer, or None."""
-        description = await self._running("there is no question to answer")
+        description = await self._running("there is no question to answer", "read")
         pending: dict[str, Any] | None = await self._query(description, "pending_question")
         return pending
 
     async def events_after(self, after: int = 0, *, limit: int = 1000) -> list[StoredEvent]:
         """The events of the task's log written so far with ``seq > after`` (at most ``limit``)."""
+        if self._client.acting is not None:
+            await self._describe("follow")
         store = await asyncio.to_thread(self._client._reader, True)
         assert store is not None
         return await asyncio.to_thread(
@@ -124,6 +128,8 @@ class TaskHandle(TaskCalls):
         or ``canceled``). Reading adds nothing to the task's history. A task that ended
         without a last event in its log (one from before the log) ends the iteration once its
         events are read."""
+        if self._client.acting is not None:
+            await self._describe("follow")
         store = await asyncio.to_thread(self._client._reader, True)
         assert store is not None
         seen, idle = after, 0
@@ -175,6 +181,7 @@ class TaskHandle(TaskCalls):
                 "question_set_id": pending["id"],
                 "status": "cancelled" if cancel else "answered",
                 "answers": {} if dismiss or cancel else dict(answers or {}),
+                "by": self._client.actor.model_dump(),
             }
 
         return await self._answer_pending(
@@ -185,6 +192,7 @@ class TaskHandle(TaskCalls):
             what="question",
             awaits="an answer",
             consequence="there is no question to answer",
+            action="answer",
         )
 
     async def say(self, text: str, *, mode: str = "steer") -> MessageReceipt:
@@ -197,7 +205,7 @@ class TaskHandle(TaskCalls):
         checked(text, "text", limits.MESSAGE_CHARS, what="the message")
         if mode not in ("steer", "interrupt", "queue"):
             raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
-        description = await self._describe()
+        description = await self._describe("steer")
         if description.status != WorkflowExecutionStatus.RUNNING:
             if mode == "queue":
                 return await start_next(self._client, description, text)
@@ -213,7 +221,7 @@ class TaskHandle(TaskCalls):
             update = await self._start_update(
                 description,
                 "send_message",
-                SendMessage(text=text, mode=mode),  # type: ignore[arg-type]
+                SendMessage(text=text, mode=mode, by=self._client.actor),  # type: ignore[arg-type]
                 MessageReceipt,
             )
             receipt: MessageReceipt = await update.result()
@@ -285,6 +293,7 @@ class TaskHandle(TaskCalls):
                 # The workflow checks the digest: it alone knows the call waiting when the
                 # answer lands. None is sent as None: the digest comes from who read the call.
                 arguments_sha256=digest,
+                by=self._client.actor,
             )
 
         receipt = await self._answer_pending(
@@ -295,6 +304,7 @@ class TaskHandle(TaskCalls):
             what="tool call",
             awaits="approval",
             consequence="there is no tool call to approve",
+            action="approve",
         )
         return receipt.model_copy(
             update={
@@ -310,7 +320,7 @@ class TaskHandle(TaskCalls):
         if not question.strip():
             raise InvalidRequest("the side question is empty; write what you want to know")
         checked(question, "question", limits.SIDE_QUESTION_CHARS, what="the side question")
-        description = await self._describe()
+        description = await self._describe("ask")
         try:
             if description.status == WorkflowExecutionStatus.RUNNING:
                 update = await self._start_update(
@@ -333,10 +343,13 @@ class TaskHandle(TaskCalls):
             raise self._ended_meanwhile(error) from None
 
     async def cancel(self) -> None:
-        """Ask the task to stop; it ends ``canceled`` (``wait`` shows when)."""
-        await self._running("there is nothing to cancel")
+        """Ask the task to stop; it ends ``canceled`` (``wait`` shows when). The task records
+        who asked (its ``canceled`` event names them)."""
+        await self._running("there is nothing to cancel", "cancel")
+        handle = self._temporal.get_workflow_handle(self.task_id)
         try:
-            await self._temporal.get_workflow_handle(self.task_id).cancel()
+            await handle.signal(CANCEL_REQUESTED_SIGNAL, self._client.actor)
+            await handle.cancel()
         except RPCError as error:
             raise self._ended_meanwhile(error) from None
 

@@ -51,7 +51,7 @@ async def start_next(
             id=next_id,
             task_queue=description.task_queue,
             search_attributes=(
-                search.initial(client.session_tags.written(data.session_id))
+                search.initial(client.session_tags.written(data.session_id), data.owner)
                 if data.search_attributes
                 else None
             ),

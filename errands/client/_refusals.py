@@ -13,13 +13,13 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.exceptions import TimeoutError as WorkflowTimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from errands.client._access import no_task
 from errands.contracts.workflows import TaskStatusName
 from errands.errors import (
     Conflict,
     FailureKind,
     InvalidRequest,
     NoWorker,
-    TaskNotFound,
     TemporalUnreachable,
     failure_kind,
 )
@@ -28,10 +28,7 @@ from errands.errors import (
 def refusal(error: RPCError, task_id: str, namespace: str) -> Exception:
     """Temporal's refusal of a call about ``task_id``."""
     if error.status == RPCStatusCode.NOT_FOUND:
-        return TaskNotFound(
-            f"no task {task_id!r} in namespace {namespace}; check the task id (the one "
-            "returned when the task was started)"
-        )
+        return no_task(task_id, namespace)
     if error.status == RPCStatusCode.INVALID_ARGUMENT:
         return InvalidRequest(f"Temporal rejected {task_id!r}: {error.message}")
     if error.status == RPCStatusCode.ALREADY_EXISTS:

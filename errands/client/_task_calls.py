@@ -22,8 +22,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from errands.client._access import Action, check_task
 from errands.client._refusals import ending, innermost, no_worker, polled, refusal
 from errands.client._sessions import session_of
+from errands.contracts.search import OWNER
 from errands.contracts.workflows import TaskError, TaskResult
 from errands.errors import AnswerRejected, Conflict, NoWorker, TaskEnded, TaskNotFound, Unavailable
 
@@ -72,13 +74,15 @@ class TaskCalls:
         what: str,
         awaits: str,
         consequence: str,
+        action: Action,
     ) -> _Result:
         """Answer what waits for the user (the ``waiting`` query: a question set or a tool call)
         with the validated ``update``; ``payload`` builds the answer from what is waiting (and
         refuses one meant for something else). A refused answer is ``AnswerRejected`` while
         the same thing still waits, a ``Conflict`` when someone else answered first. ``what``
-        waits for ``awaits``; ``consequence`` says what a task that has ended means for it."""
-        description = await self._running(consequence)
+        waits for ``awaits``; ``consequence`` says what a task that has ended means for it;
+        ``action`` is what the acting principal must be allowed."""
+        description = await self._running(consequence, action)
         pending = await self._query(description, waiting)
         if not pending:
             raise Conflict(
@@ -112,11 +116,15 @@ class TaskCalls:
     def _temporal(self) -> TemporalClient:
         return self._client.temporal
 
-    async def _describe(self) -> WorkflowExecutionDescription:
+    async def _describe(self, action: Action = "read") -> WorkflowExecutionDescription:
+        """What Temporal knows of the task, once the acting principal may do ``action`` on it
+        (``TaskNotFound`` otherwise, as for a task that does not exist)."""
         try:
             description = await self._temporal.get_workflow_handle(self.task_id).describe()
         except RPCError as error:
             raise refusal(error, self.task_id, self._client.namespace) from None
+        owner = description.typed_search_attributes.get(OWNER)
+        check_task(self._client.acting, self.task_id, self._client.namespace, owner, action)
         if description.workflow_type != TASK_WORKFLOW:
             raise TaskNotFound(
                 f"{self.task_id!r} is a {description.workflow_type}, not a task; give a task id "
@@ -124,8 +132,8 @@ class TaskCalls:
             )
         return description
 
-    async def _running(self, consequence: str) -> WorkflowExecutionDescription:
-        description = await self._describe()
+    async def _running(self, consequence: str, action: Action) -> WorkflowExecutionDescription:
+        description = await self._describe(action)
         if description.status != WorkflowExecutionStatus.RUNNING:
             ended = description.status.name.lower() if description.status else "closed"
             raise TaskEnded(self.task_id, ended, consequence)

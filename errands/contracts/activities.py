@@ -28,6 +28,8 @@ class PrepareRoundInput(BaseModel):
     task_id: str
     session_id: str
     round: int
+    owner: str | None = None
+    """The task's owner: the activity checks their daily cost quota (``RoundState.over_quota``)."""
 
 
 class BranchOutcome(BaseModel):
@@ -50,6 +52,9 @@ class RoundState(BaseModel):
     ack_subtasks: list[SubtaskDraft] = Field(default_factory=list)
     ack_upto_seq: int | None = None
     branches: list[BranchOutcome] = Field(default_factory=list)
+    over_quota: str | None = None
+    """Set when the task's owner has passed their daily cost quota (``ERRANDS_QUOTAS``): why,
+    in words the model and the user read. The round is then the task's final one."""
 
 
 class OpenTaskInput(BaseModel):

@@ -11,8 +11,18 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from errands.contracts.limits import REASON_CHARS
+from errands.contracts.principals import Principal
 
 ApprovalChoice = Literal["approve", "approve_always", "deny"]
+ApprovalPolicy = Literal["ask", "always", "approver", "two"]
+"""Who a waiting call needs (SPEC §10; ``never`` calls do not wait):
+
+- ``ask``: the task's owner (or an admin); "approve always" covers the session's later calls;
+- ``always``: the owner (or an admin), every call;
+- ``approver``: a principal with the approver role (or an admin), every call;
+- ``two``: two distinct principals, each the owner, an approver or an admin, every call (four
+  eyes): the first approval is recorded and the call waits for the second; a denial by either
+  settles it."""
 
 WHY_SHOWN = 1_000
 """Characters of the model's explanation (``why``) a pending approval shows. The arguments are
@@ -29,7 +39,7 @@ class ApprovalNeed(BaseModel):
     """The call's place among the step's tool calls."""
     tool: str
     """The name the model called (``mcp__server__tool``)."""
-    policy: Literal["ask", "always"]
+    policy: ApprovalPolicy
     arguments: str
     """The call's arguments canonicalised for display (``errands.agent.approvals.need_of``)
     when ``arguments_sha256`` is set; in a need recorded before the activity canonicalised them
@@ -62,7 +72,7 @@ class ApprovalRequest(BaseModel):
     arguments_bytes: int = 0
     """The UTF-8 size of ``arguments``."""
     why: str = ""
-    policy: Literal["ask", "always"]
+    policy: ApprovalPolicy
     where: str
     """``main`` for the main agent, else the branch (``round 0 · subtask 2``)."""
     requester: str
@@ -95,6 +105,10 @@ class ApprovalAnswer(BaseModel):
     answer is refused unless the waiting call's arguments are those. None: not checked (the
     person answers whatever call waits: the signal path, a program that did not read the call,
     frontends from before 0.3)."""
+    by: Principal | None = None
+    """Who answered, as the client established, never as the caller claims: the workflow checks
+    them against the tool's policy (``ApprovalPolicy``) and the task's owner, and the events
+    name them. None: an answer from before principals (taken as the owner's)."""
 
 
 class Verdict(BaseModel):

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, field_validator
 
+from errands.contracts.principals import Principal
+
 QuestionType = Literal["multiple_choice", "text"]
 
 MAX_QUESTIONS = 3
@@ -100,6 +102,8 @@ class Answer(BaseModel):
     status: AnswerStatus = "answered"
     answers: dict[str, list[str]] = Field(default_factory=dict)
     """Per question id: offered labels, ``Other: <text>``, or for a text question its text."""
+    by: Principal | None = None
+    """Who answered, as the client established (``question_answered`` names them)."""
 
     @field_validator("answers", mode="before")
     @classmethod

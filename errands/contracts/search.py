@@ -11,6 +11,7 @@ for a cluster). A task started with ``search_attributes=False`` never touches th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
@@ -19,6 +20,8 @@ WAITING = SearchAttributeKey.for_bool("ErrandsWaitingForUser")
 ROUND = SearchAttributeKey.for_int("ErrandsRound")
 COST = SearchAttributeKey.for_float("ErrandsCost")
 SESSION = SearchAttributeKey.for_keyword("ErrandsSession")
+OWNER = SearchAttributeKey.for_keyword("ErrandsOwner")
+"""The id of the principal the task belongs to (SPEC §10); absent on a task nobody owns."""
 
 
 SESSION_MEMO = "errands_session"
@@ -26,17 +29,25 @@ SESSION_MEMO = "errands_session"
 back where the search attribute holds only a digest."""
 
 
-def initial(session_value: str) -> TypedSearchAttributes:
+def initial(session_value: str, owner: str | None = None) -> TypedSearchAttributes:
     """Set by the frontend at start, so an unregistered attribute fails the start, not the task.
-    ``session_value``: the session id, or its digest with encryption on."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(STATE, "running"),
-            SearchAttributePair(WAITING, False),
-            SearchAttributePair(ROUND, 0),
-            SearchAttributePair(SESSION, session_value),
-        ]
-    )
+    ``session_value``: the session id, or its digest with encryption on; ``owner``: the id of
+    the principal the task belongs to, if anyone's."""
+    pairs: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(STATE, "running"),
+        SearchAttributePair(WAITING, False),
+        SearchAttributePair(ROUND, 0),
+        SearchAttributePair(SESSION, session_value),
+    ]
+    if owner is not None:
+        pairs.append(SearchAttributePair(OWNER, owner))
+    return TypedSearchAttributes(pairs)
+
+
+def owner_filter(owner: str) -> str:
+    """The visibility query clause for the tasks of principal ``owner`` (a checked principal
+    id: no quote can be in it)."""
+    return f"{OWNER.name} = '{owner}'"
 
 
 def session_filter(values: Sequence[str]) -> str:

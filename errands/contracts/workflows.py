@@ -21,12 +21,16 @@ from errands.contracts.limits import (
     TOOL_TIMEOUT_SECONDS,
 )
 from errands.contracts.messages import Message, ModelPrice, ModelUsage, ToolCall, UsageLedger
+from errands.contracts.principals import Principal
 from errands.contracts.subtasks import SubtaskTypeInfo
 from errands.errors import FailureKind, TaskFailed
 
 WAKE_SIGNAL = "wake_for_upgrade"
 """TaskWorkflow's no-op signal: ``errands upgrade`` sends it so a parked task runs a workflow
 task and moves to the current version."""
+CANCEL_REQUESTED_SIGNAL = "cancel_requested"
+"""Sent by the client just before it cancels a task: who asks (a ``Principal``), so the task's
+``canceled`` event names them."""
 
 TaskStatusName = Literal["running", "waiting_for_user", "replied", "failed", "canceled"]
 
@@ -111,6 +115,10 @@ class TaskInput(BaseModel):
     """Set by continue-as-new: where the previous run left off. Never the transcript."""
     queued: list[str] = Field(default_factory=list)
     """Messages queued on the task before this one, each to become a task once this one ends."""
+    owner: str | None = None
+    """The id of the principal the task (and its session) belongs to (SPEC §10), also its
+    ``ErrandsOwner`` search attribute; never a token. None: a task from before owners, or one
+    an operator started in a session nobody owns (admins only see it where principals are on)."""
 
 
 class Slot(BaseModel):
@@ -162,6 +170,8 @@ class SendMessage(BaseModel):
 
     text: str
     mode: Literal["steer", "interrupt", "queue"] = "steer"
+    by: Principal | None = None
+    """Who sent it, as the client established (``message_received`` names them)."""
 
 
 class MessageReceipt(BaseModel):

@@ -3,7 +3,8 @@ errands' errors map to HTTP statuses here and nowhere else::
 
     InvalidRequest, AnswerRejected      422  (and pydantic's own, with its errors under "errors")
     Unauthorized                        401  with WWW-Authenticate
-    TaskNotFound                        404  (and unknown paths)
+    NotFound (a task, a session)        404  missing, or someone else's (and unknown paths)
+    QuotaExceeded                       429  with Retry-After
     Conflict, TaskEnded                 409  the task is not in a state that allows the request
     SideQuestionFailed, Failed          502  a model could not answer
     Unavailable, NoWorker               503  Temporal, the store or a worker did not answer
@@ -30,8 +31,9 @@ from errands.errors import (
     ErrandsError,
     Failed,
     InvalidRequest,
+    NotFound,
+    QuotaExceeded,
     TaskEnded,
-    TaskNotFound,
     Unauthorized,
     Unavailable,
 )
@@ -47,7 +49,8 @@ UNPAIRED = (
 STATUSES: list[tuple[type[ErrandsError], int]] = [
     (InvalidRequest, 422),
     (Unauthorized, 401),
-    (TaskNotFound, 404),
+    (NotFound, 404),
+    (QuotaExceeded, 429),
     (Conflict, 409),
     (Failed, 502),
     (Unavailable, 503),
@@ -81,7 +84,11 @@ async def _errands_error(request: Request, error: Exception) -> JSONResponse:
     status = http_status(error)
     if status >= 500:
         log.warning("%s %s: %s", request.method, request.url.path, error.message)
-    headers = {"WWW-Authenticate": error.challenge} if isinstance(error, Unauthorized) else None
+    headers = None
+    if isinstance(error, Unauthorized):
+        headers = {"WWW-Authenticate": error.challenge}
+    elif isinstance(error, QuotaExceeded):
+        headers = {"Retry-After": str(error.retry_after)}
     return JSONResponse({"detail": detail(error)}, status, headers=headers)
 
 

@@ -12,6 +12,7 @@ from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.model_catalog import model_catalog
 from errands.agent.pricing import price_table
+from errands.agent.quotas import parse_quotas
 from errands.agent.validation import check_model_spec
 from errands.contracts.versions import BUILD_ID, DEPLOYMENT_NAME
 from errands.settings._parse import (
@@ -94,6 +95,11 @@ def check_subtask_types(value: str | None) -> str | None:
                 f"{path!r} is not a package.module:attribute path; give comma-separated "
                 "paths like mypackage.types:TYPES"
             )
+    return value
+
+
+def check_quotas(value: str | None) -> str | None:
+    parse_quotas(value)
     return value
 
 

@@ -62,6 +62,12 @@ ACCEPTS = {
     "metrics_bind": "`IP:port`",
     "allowed_hosts": "`host[:port]`, comma-separated, or `*`",
     "forwarded_allow_ips": "IP addresses or networks, comma-separated, or `*`",
+    "oidc_issuer": "an `https://` URL",
+    "oidc_audience": "a string",
+    "oidc_jwks_url": "an `https://` URL",
+    "oidc_principal_claim": "a claim name",
+    "oidc_role_claim": "a claim name",
+    "quotas": "JSON",
 }
 """What a setting whose type does not say it accepts (strings, mostly); its check refuses the
 rest."""

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
 from errands.adapters.temporal_profile import resolve
+from errands.agent.quotas import Quota, parse_quotas
 from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS
 from errands.contracts.workflows import RoundSettings, model_queue
 from errands.errors import ErrandsError
@@ -38,6 +39,7 @@ from errands.settings._checks import (
     check_models,
     check_prices,
     check_provider_limits,
+    check_quotas,
     check_subtask_types,
 )
 from errands.settings._parse import (
@@ -275,6 +277,31 @@ class Settings(BaseSettings):
 
     At most 10,000: inside Temporal's 10,240-event warning."""
 
+    # -- many users: principals, ownership, quotas (SPEC §10, docs/security.md) -------------
+
+    oidc_issuer: str | None = Field(default=None, alias="ERRANDS_OIDC_ISSUER")
+    """Issuer of the OIDC bearer JWTs the gateway accepts, e.g. ``https://login.example.com``.
+
+    Its keys come from the issuer's discovery document (or ERRANDS_OIDC_JWKS_URL). Needs
+    ERRANDS_OIDC_AUDIENCE. Unset: no JWTs, only errands API keys and ERRANDS_API_TOKEN."""
+    oidc_audience: str | None = Field(default=None, alias="ERRANDS_OIDC_AUDIENCE")
+    """The ``aud`` a JWT must carry to be accepted (the gateway's client id or API name)."""
+    oidc_jwks_url: str | None = Field(default=None, alias="ERRANDS_OIDC_JWKS_URL")
+    """Where the issuer's signing keys are, when not in its discovery document.
+
+    Cached; fetched again when a JWT names a key id the cache lacks."""
+    oidc_principal_claim: str = Field(default="sub", alias="ERRANDS_OIDC_PRINCIPAL_CLAIM")
+    """The JWT claim that names the principal (``sub``, or e.g. ``email``)."""
+    oidc_role_claim: str = Field(default="errands_role", alias="ERRANDS_OIDC_ROLE_CLAIM")
+    """The JWT claim holding the principal's role (``user``, ``approver`` or ``admin``, or a list
+    of roles: the highest counts). Absent from a token: ``user``."""
+    quotas: str | None = Field(default=None, alias="ERRANDS_QUOTAS")
+    """Limits per principal id, ``role:ROLE`` or ``*``, as JSON.
+
+    ``{"*": {"running_tasks": 5, "starts_per_hour": 60, "cost_per_day_usd": 20}}``; each limit
+    from the most specific entry that sets it. Over one, a start is refused (HTTP 429), and a
+    task past its owner's daily cost takes a final round at the next boundary. Unset: none."""
+
     # -- operating it ------------------------------------------------------------------------
 
     provider_limits: str | None = Field(default=None, alias="ERRANDS_PROVIDER_LIMITS")
@@ -345,6 +372,20 @@ class Settings(BaseSettings):
         return self
 
     _api_token = field_validator("api_token")(check_api_token)
+    _oidc_urls = field_validator("oidc_issuer", "oidc_jwks_url")(check_http_url)
+    _quotas = field_validator("quotas")(check_quotas)
+
+    @model_validator(mode="after")
+    def _oidc_whole(self) -> Settings:
+        if (self.oidc_issuer is None) != (self.oidc_audience is None):
+            raise ValueError(
+                "ERRANDS_OIDC_ISSUER and ERRANDS_OIDC_AUDIENCE go together: set both to accept "
+                "the issuer's JWTs, or neither"
+            )
+        if self.oidc_jwks_url is not None and self.oidc_issuer is None:
+            raise ValueError("ERRANDS_OIDC_JWKS_URL needs ERRANDS_OIDC_ISSUER and _AUDIENCE")
+        return self
+
     _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
     _proxies = field_validator("forwarded_allow_ips")(check_proxies)
 
@@ -405,6 +446,15 @@ class Settings(BaseSettings):
             side_question_timeout_seconds=self.side_question_timeout_seconds,
             max_history_events=self.max_history_events,
         )
+
+    def quota_table(self) -> dict[str, Quota]:
+        """``ERRANDS_QUOTAS``, parsed (``errands.agent.quotas``)."""
+        return parse_quotas(self.quotas)
+
+    @property
+    def oidc(self) -> bool:
+        """Whether OIDC bearer JWTs are accepted."""
+        return self.oidc_issuer is not None
 
     def mcp(self) -> dict[str, McpServerConfig]:
         """``ERRANDS_MCP_SERVERS`` by server name."""

@@ -35,7 +35,9 @@ IDEMPOTENCY_META_KEY = "errands/idempotency_key"
 """The ``_meta`` key of a ``tools/call`` request that carries the call's idempotency key."""
 TOOL_NAME_PREFIX = "mcp__"
 
-Approval = Literal["never", "ask", "always"]
+Approval = Literal["never", "ask", "always", "approver", "two"]
+"""A tool's approval policy: ``never`` runs it unasked; the others are
+``errands.contracts.approvals.ApprovalPolicy``."""
 _Name = Annotated[str, Field(min_length=1)]
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -54,7 +56,7 @@ _EXPECTED = {
     "headers": "an object of header name to string value",
     "tools": "a list of tool names, or null for all of them",
     "for": '"main", "*" or subtask type keys, e.g. ["main", "*"]',
-    "approval": 'an object of tool name to "never", "ask" or "always"',
+    "approval": 'an object of tool name to "never", "ask", "always", "approver" or "two"',
     "timeout_seconds": "a number of seconds above 0",
 }
 """What each field takes, for the error messages of ``parse_mcp_servers``."""

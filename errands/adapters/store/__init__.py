@@ -3,7 +3,7 @@ PostgreSQL, chosen by URL (``ERRANDS_DATABASE_URL``)."""
 
 from __future__ import annotations
 
-from errands.adapters.store._base import SessionStore
+from errands.adapters.store._base import PrincipalRecord, SessionStore, TaskStart
 from errands.adapters.store._open import open_store, sqlite_path
 
-__all__ = ["SessionStore", "open_store", "sqlite_path"]
+__all__ = ["PrincipalRecord", "SessionStore", "TaskStart", "open_store", "sqlite_path"]

@@ -4,10 +4,38 @@ event log of each task (``errands.contracts.events``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
+from errands.contracts.principals import Role
+
+
+@dataclass(frozen=True)
+class PrincipalRecord:
+    """An errands API key as the store keeps it (``errands principals``): never the token, only
+    its SHA-256; ``key_id`` is the token's public prefix, by which it is found and revoked."""
+
+    name: str
+    """The principal's id (what tasks are owned by and events name)."""
+    role: Role
+    key_id: str
+    token_sha256: str
+    """Hex SHA-256 of the whole token."""
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    """A task started by a principal, as quotas count them."""
+
+    task_id: str
+    owner: str
+    session_id: str
+    started_at: datetime
 
 
 class SessionStore(Protocol):
@@ -67,6 +95,51 @@ class SessionStore(Protocol):
         self, task_id: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[StoredEvent]:
         """The task's events with ``after_seq < seq``, in ``seq`` order, at most ``limit``."""
+        ...
+
+    # -- principals, ownership, quotas (SPEC §10) ---------------------------------------------
+
+    def add_principal(self, record: PrincipalRecord) -> None:
+        """Store a new API key. ``Conflict`` when its ``key_id`` is taken."""
+        ...
+
+    def list_principals(self) -> list[PrincipalRecord]:
+        """Every API key, revoked ones included, oldest first."""
+        ...
+
+    def find_key(self, key_id: str) -> PrincipalRecord | None:
+        """The API key with ``key_id`` (revoked or not), or None."""
+        ...
+
+    def revoke_principal(self, name_or_key_id: str, at: datetime) -> list[PrincipalRecord]:
+        """Revoke the key ``name_or_key_id`` names (a key id), or every unrevoked key of the
+        principal it names; the keys revoked now (none: nothing matched or all were revoked)."""
+        ...
+
+    def claim_session(self, session_id: str, owner: str) -> str:
+        """Make ``owner`` the owner of ``session_id`` unless it has one; the owner as stored
+        (``owner`` when the claim took, the earlier owner otherwise). Atomic across processes."""
+        ...
+
+    def session_owner(self, session_id: str) -> str | None:
+        """The owner of ``session_id``, None when nobody claimed it."""
+        ...
+
+    def record_start(self, start: TaskStart) -> None:
+        """Record a task's start (once: a second record of the same task is ignored)."""
+        ...
+
+    def starts_since(self, owner: str, since: datetime) -> list[TaskStart]:
+        """The starts of ``owner`` at or after ``since``, oldest first."""
+        ...
+
+    def usage_since(self, owner: str, since: datetime) -> list[StoredEvent]:
+        """The ``model_call_finished`` events (their ``usage`` and ``model``) of every task
+        ``owner`` started, written at or after ``since``: what their model calls spent."""
+        ...
+
+    def ended(self, task_ids: Sequence[str]) -> set[str]:
+        """Those of ``task_ids`` whose event log holds a last event (replied, failed, canceled)."""
         ...
 
     def close(self) -> None: ...
