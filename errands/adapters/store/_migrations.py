@@ -80,6 +80,39 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        4,
+        "principals, session owners and task starts (SPEC §10)",
+        (
+            """
+            CREATE TABLE principals (
+                key_id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                role TEXT NOT NULL,
+                token_sha256 TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                revoked_at TEXT
+            )
+            """,
+            "CREATE INDEX principals_name ON principals (name)",
+            """
+            CREATE TABLE session_owners (
+                session_id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                claimed_at TEXT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE task_starts (
+                task_id TEXT PRIMARY KEY,
+                owner TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                started_at TEXT NOT NULL
+            )
+            """,
+            "CREATE INDEX task_starts_owner ON task_starts (owner, started_at)",
+        ),
+    ),
 )
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -135,6 +168,39 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
                 UNIQUE (task_id, key)
             )
             """,
+        ),
+    ),
+    Migration(
+        4,
+        "principals, session owners and task starts (SPEC §10)",
+        (
+            """
+            CREATE TABLE principals (
+                key_id text PRIMARY KEY,
+                name text NOT NULL,
+                role text NOT NULL,
+                token_sha256 text NOT NULL,
+                created_at timestamptz NOT NULL,
+                revoked_at timestamptz
+            )
+            """,
+            "CREATE INDEX principals_name ON principals (name)",
+            """
+            CREATE TABLE session_owners (
+                session_id text PRIMARY KEY,
+                owner text NOT NULL,
+                claimed_at timestamptz NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE task_starts (
+                task_id text PRIMARY KEY,
+                owner text NOT NULL,
+                session_id text NOT NULL,
+                started_at timestamptz NOT NULL
+            )
+            """,
+            "CREATE INDEX task_starts_owner ON task_starts (owner, started_at)",
         ),
     ),
 )

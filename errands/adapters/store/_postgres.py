@@ -22,8 +22,9 @@ from psycopg.types.json import Jsonb
 
 from errands.adapters.store import _guard
 from errands.adapters.store._migrations import migrate_postgres
+from errands.adapters.store._owners import SqlOwners
 from errands.adapters.store._pool import Pool
-from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
+from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
 from errands.errors import StoreUnavailable
@@ -34,7 +35,7 @@ _CONNECT_TIMEOUT_S = 10
 Conn = psycopg.Connection[dict[str, Any]]
 
 
-class PostgresStore(SqlReads):
+class PostgresStore(SqlOwners):
     """A :class:`~errands.adapters.store.SessionStore` on PostgreSQL, in the URL's current
     schema."""
 

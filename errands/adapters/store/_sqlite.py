@@ -19,8 +19,9 @@ from typing import Any, Self
 
 from errands.adapters.store import _guard
 from errands.adapters.store._migrations import migrate_sqlite
+from errands.adapters.store._owners import SqlOwners
 from errands.adapters.store._pool import Pool
-from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS, SqlReads
+from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
 
@@ -28,7 +29,7 @@ _POOL_SIZE = 4
 _BUSY_TIMEOUT_S = 60.0
 
 
-class SqliteStore(SqlReads):
+class SqliteStore(SqlOwners):
     """A :class:`~errands.adapters.store.SessionStore` on one SQLite file (WAL mode)."""
 
     PLACEHOLDER = "?"
@@ -180,6 +181,10 @@ class SqliteStore(SqlReads):
     @staticmethod
     def _record(value: str) -> dict[str, Any]:
         return dict(json.loads(value))
+
+    @staticmethod
+    def _time(moment: datetime) -> str:
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
