@@ -201,7 +201,7 @@ class Client:
         """This client acting as ``principal``: the same connection and store (closing it closes
         nothing), every call checked as theirs."""
         view = copy.copy(self)
-        view._store = self._reader(False)
+        view._store = self._writer()  # opened once, here, and shared by every view
         view._owns_store = False
         view.acting = principal
         return view
