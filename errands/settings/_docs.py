@@ -24,6 +24,11 @@ GROUPS = {
         "Read where a task is started (the CLI, the gateway, `errands.Client`) and carried in its "
         "input, so a running task never changes them.",
     ),
+    "oidc_issuer": (
+        "Many users: principals and quotas",
+        "Who may use the gateway and how much ([security.md](security.md)): errands API keys "
+        "(`errands principals`), OIDC bearer JWTs, and ERRANDS_API_TOKEN as one admin.",
+    ),
     "provider_limits": (
         "Operating it",
         "Rate limits, logs, metrics and tracing are explained in [operations.md](operations.md).",
