@@ -20,6 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
+from errands.cli import _principals as principals
 from errands.cli import _upgrade as upgrade
 from errands.cli._codec import DEV_CODEC_PORT, codec_server
 from errands.cli._connection import REACHES_TEMPORAL, add_connection_flags
@@ -242,6 +243,7 @@ def _parser() -> argparse.ArgumentParser:
 
     command("worker", commands.worker, "run a worker against the configured Temporal", json=False)
     upgrade.add_command(sub)
+    principals.add_command(sub)
     for name in REACHES_TEMPORAL:
         if name in sub.choices:
             add_connection_flags(sub.choices[name])
