@@ -1,0 +1,358 @@
+"""OIDC bearer JWTs (SPEC §10): who a token signed by the configured issuer says acts.
+
+``OidcVerifier.verify`` checks, in this order, and refuses with ``Unauthorized`` and a reason of
+its own at the first that fails:
+
+1. the token has a JWT's shape and a header whose ``alg`` is asymmetric (RS*, PS*, ES*,
+   EdDSA). ``alg: none`` and HS* are refused before any key is looked at: an HS256 token
+   "signed" with the issuer's public key as the secret must never reach a verifier;
+2. the key: the one whose ``kid`` the header names, from the issuer's key set (its discovery
+   document's ``jwks_uri``, or ``ERRANDS_OIDC_JWKS_URL``). Its ``kty`` (and curve, and ``alg``
+   when it has one) must fit the token's ``alg``; symmetric (``oct``) keys are never used;
+3. the signature, then ``iss`` (the configured issuer), ``aud`` (contains the audience),
+   ``exp`` (required, not passed), ``nbf`` and ``iat`` (not in the future), with 60 s leeway;
+4. the principal claim (``sub``, or ``ERRANDS_OIDC_PRINCIPAL_CLAIM``): present and a usable
+   principal id; the role claim: ``user``, ``approver`` or ``admin``, or a list of them (the
+   highest counts), absent means ``user``. A role errands does not know is refused rather than
+   read as ``user``: a typo in the issuer's mapping should be seen at once, not grant a lesser
+   role quietly, and a future role must not pass for an old one.
+
+The key set is fetched once and cached. A token naming a ``kid`` the cache lacks (the issuer
+rotated its keys) fetches it again, at most once per ``refresh_interval`` (30 s), so a flood of
+made-up key ids cannot make errands hammer the issuer; concurrent callers share one fetch. The
+cache is also fetched again when older than ``max_age``; if that fetch fails, the keys held are
+kept. An issuer that cannot be reached while no key is held is ``Unavailable`` (503), naming the
+URL, never a token.
+
+No message or log line here carries the token or any part of it (not a claim value, not a key
+id): the reason names the check, the configured issuer and the claim names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import jwt
+
+from errands.contracts.principals import ROLES, Principal, Role, principal_id
+from errands.errors import ConfigError, Unauthorized, Unavailable
+
+if TYPE_CHECKING:
+    from errands.settings import Settings
+
+logger = logging.getLogger("errands.identity")
+
+KEY_TYPES: dict[str, tuple[str, str | None]] = {
+    **{f"RS{bits}": ("RSA", None) for bits in (256, 384, 512)},
+    **{f"PS{bits}": ("RSA", None) for bits in (256, 384, 512)},
+    "ES256": ("EC", "P-256"),
+    "ES384": ("EC", "P-384"),
+    "ES512": ("EC", "P-521"),
+    "EdDSA": ("OKP", None),
+}
+"""The algorithms a token may be signed with, each with the key type (and EC curve) it needs."""
+
+EDDSA_CURVES = ("Ed25519", "Ed448")
+LEEWAY_SECONDS = 60
+FETCH_TIMEOUT_SECONDS = 5.0
+MAX_TOKEN_CHARS = 16_384
+"""Longer is no token an issuer hands out; refused before anything is decoded."""
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Whether ``token`` has a JWT's shape: three base64url parts (the last may be empty, as an
+    unsigned token's is, so that one is refused as a JWT with a reason) and a header that
+    decodes to a JSON object naming an ``alg``. Says nothing about whether it is valid."""
+    return _header(token) is not None
+
+
+def _header(token: str) -> dict[str, Any] | None:
+    parts = token.split(".")
+    if len(token) > MAX_TOKEN_CHARS or len(parts) != 3 or not parts[0] or not parts[1]:
+        return None
+    alphabet = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    if not all(set(part) <= alphabet for part in parts):
+        return None
+    try:
+        header = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    if not isinstance(header, dict) or not isinstance(header.get("alg"), str):
+        return None
+    return header
+
+
+def _refused(reason: str) -> Unauthorized:
+    """The refusal of a JWT for ``reason``, which the ``WWW-Authenticate`` challenge repeats."""
+    description = reason.replace("\\", "/").replace('"', "'")
+    return Unauthorized(
+        f"bearer JWT refused: {reason}",
+        challenge=f'Bearer error="invalid_token", error_description="{description}"',
+    )
+
+
+@dataclass(frozen=True)
+class _KeySet:
+    keys: tuple[dict[str, Any], ...]
+    fetched_at: float
+
+
+class OidcVerifier:
+    """Verifies bearer JWTs of one OIDC issuer and says which principal each stands for.
+
+    One per process (the gateway's): it holds the issuer's key set, cached between requests."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        audience: str,
+        jwks_url: str | None = None,
+        principal_claim: str = "sub",
+        role_claim: str = "errands_role",
+        refresh_interval: float = 30.0,
+        max_age: float = 3600.0,
+    ) -> None:
+        self.issuer = issuer
+        self.audience = audience
+        self.jwks_url = jwks_url
+        self.principal_claim = principal_claim
+        self.role_claim = role_claim
+        self.refresh_interval = refresh_interval
+        self.max_age = max_age
+        self._keys: _KeySet | None = None
+        self._attempts = 0
+        self._last_error: Unavailable | ConfigError | None = None
+        self._last_refresh: float | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OidcVerifier | None:
+        """The verifier ``ERRANDS_OIDC_*`` configure, or ``None`` when OIDC is off."""
+        if settings.oidc_issuer is None or settings.oidc_audience is None:
+            return None
+        return cls(
+            issuer=settings.oidc_issuer,
+            audience=settings.oidc_audience,
+            jwks_url=settings.oidc_jwks_url,
+            principal_claim=settings.oidc_principal_claim,
+            role_claim=settings.oidc_role_claim,
+        )
+
+    async def verify(self, token: str) -> Principal:
+        """The principal ``token`` stands for (``via="oidc"``). ``Unauthorized`` with the reason
+        when it is refused; ``Unavailable`` when the issuer's keys cannot be fetched."""
+        header = _header(token)
+        if header is None:
+            raise _refused("not a JWT (three base64url parts and a header naming an alg)")
+        alg = header["alg"]
+        if alg.lower() == "none":
+            raise _refused("alg none: unsigned tokens are never accepted")
+        if alg.upper().startswith("HS"):
+            raise _refused("symmetric alg (HS*): only the issuer's asymmetric keys are accepted")
+        if alg not in KEY_TYPES:
+            raise _refused(f"alg not accepted: use one of {', '.join(KEY_TYPES)}")
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            raise _refused("the header's kid is not a string")
+        claims = self._decode(token, alg, await self._candidates(kid, alg))
+        return Principal(id=self._principal_id(claims), role=self._role(claims), via="oidc")
+
+    # -- keys ------------------------------------------------------------------------------
+
+    async def _candidates(self, kid: str | None, alg: str) -> list[dict[str, Any]]:
+        """The issuer's keys the token may be signed with: the one of its ``kid``, or, for a
+        token naming none, every key that fits its ``alg``."""
+        keys = await self._key_set(kid)
+        if kid is None:
+            found = [key for key in keys if _fits(key, alg)]
+            if not found:
+                raise _refused(f"no key of the issuer fits alg {alg} and the token names no kid")
+            return found
+        named = [key for key in keys if key.get("kid") == kid]
+        if not named:
+            raise _refused("unknown kid: no key of the issuer has the key id the token names")
+        found = [key for key in named if _fits(key, alg)]
+        if not found:
+            raise _refused(f"the key the token names does not fit its alg {alg}")
+        return found
+
+    async def _key_set(self, kid: str | None) -> tuple[dict[str, Any], ...]:
+        held = self._keys
+        now = time.monotonic()
+        if held is not None:
+            if now - held.fetched_at > self.max_age:
+                await self._fetch_shared(stale_ok=True)
+            elif kid is not None and all(key.get("kid") != kid for key in held.keys):
+                if self._last_refresh is None or now - self._last_refresh >= self.refresh_interval:
+                    self._last_refresh = now
+                    await self._fetch_shared(stale_ok=True)
+            assert self._keys is not None
+            return self._keys.keys
+        await self._fetch_shared(stale_ok=False)
+        assert self._keys is not None
+        return self._keys.keys
+
+    async def _fetch_shared(self, *, stale_ok: bool) -> None:
+        """Fetch the key set, one fetch at a time: a caller that waited while another fetched
+        takes that fetch's outcome rather than fetching again."""
+        finished = self._attempts
+        async with self._lock:
+            if self._attempts == finished:
+                try:
+                    self._keys = _KeySet(await self._fetch(), time.monotonic())
+                    self._last_error = None
+                except (Unavailable, ConfigError) as error:
+                    self._last_error = error
+                finally:
+                    self._attempts += 1  # counted when done: who waited meanwhile sees it
+            if self._last_error is not None:
+                if stale_ok and self._keys is not None:
+                    logger.warning("%s; keeping the keys fetched before", self._last_error)
+                    return
+                raise self._last_error
+
+    async def _fetch(self) -> tuple[dict[str, Any], ...]:
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            url = self.jwks_url
+            if url is None:
+                discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+                document = await self._get_json(http, discovery, "discovery document")
+                if str(document.get("issuer", "")).rstrip("/") != self.issuer.rstrip("/"):
+                    raise ConfigError(
+                        f"the discovery document at {discovery} names another issuer than "
+                        f"{self.issuer}: set ERRANDS_OIDC_ISSUER to the issuer exactly as it "
+                        "names itself",
+                        setting="ERRANDS_OIDC_ISSUER",
+                    )
+                url = document.get("jwks_uri")
+                if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+                    raise Unavailable(
+                        f"the discovery document at {discovery} has no jwks_uri: set "
+                        "ERRANDS_OIDC_JWKS_URL to where the issuer's keys are"
+                    )
+                self.jwks_url = url
+            keys = (await self._get_json(http, url, "key set")).get("keys")
+        if not isinstance(keys, list):
+            raise Unavailable(f"the key set at {url} has no keys list: check ERRANDS_OIDC_JWKS_URL")
+        usable = tuple(
+            key
+            for key in keys
+            if isinstance(key, dict) and key.get("use", "sig") == "sig" and key.get("kty") != "oct"
+        )
+        logger.info(
+            "fetched %d signing keys of OIDC issuer %s from %s", len(usable), self.issuer, url
+        )
+        return usable
+
+    async def _get_json(self, http: aiohttp.ClientSession, url: str, what: str) -> dict[str, Any]:
+        try:
+            async with http.get(url, headers={"Accept": "application/json"}) as response:
+                if response.status != 200:
+                    raise Unavailable(
+                        f"OIDC issuer {self.issuer}: its {what} at {url} answered HTTP "
+                        f"{response.status}; check the issuer and retry later"
+                    )
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            raise Unavailable(
+                f"OIDC issuer {self.issuer}: its {what} at {url} could not be read "
+                f"({type(error).__name__}); check that it is reachable and retry later"
+            ) from None
+        if not isinstance(body, dict):
+            raise Unavailable(
+                f"OIDC issuer {self.issuer}: its {what} at {url} is not a JSON object"
+            )
+        return body
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def _decode(self, token: str, alg: str, keys: list[dict[str, Any]]) -> dict[str, Any]:
+        failure = "bad signature: no key of the issuer verifies it"
+        for jwk in keys:
+            try:
+                key = jwt.PyJWK(jwk, algorithm=alg).key
+            except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError):
+                failure = "the issuer's key for it cannot be read"
+                continue
+            try:
+                claims: dict[str, Any] = jwt.decode(
+                    token,
+                    key=key,
+                    algorithms=[alg],
+                    audience=self.audience,
+                    issuer=self.issuer,
+                    leeway=LEEWAY_SECONDS,
+                    options={"require": ["exp", "iss", "aud"]},
+                )
+                return claims
+            except jwt.InvalidSignatureError:
+                continue
+            except jwt.PyJWTError as error:
+                raise _refused(_reason(error, self.issuer)) from None
+        raise _refused(failure)
+
+    def _principal_id(self, claims: dict[str, Any]) -> str:
+        value = claims.get(self.principal_claim)
+        if value is None:
+            raise _refused(f"no {self.principal_claim} claim to name the principal")
+        try:
+            if not isinstance(value, str):
+                raise ValueError
+            return principal_id(value)
+        except ValueError:
+            raise _refused(
+                f"the {self.principal_claim} claim cannot name a principal (1 to 200 printable "
+                "characters, no blank, quote or backslash)"
+            ) from None
+
+    def _role(self, claims: dict[str, Any]) -> Role:
+        value = claims.get(self.role_claim)
+        if value is None:
+            return "user"
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not all(v in ROLES for v in values):
+            raise _refused(
+                f"the {self.role_claim} claim holds a role errands does not know: give "
+                f"{', '.join(ROLES)} or a list of them"
+            )
+        return max(values, key=ROLES.index, default="user")
+
+
+def _fits(jwk: dict[str, Any], alg: str) -> bool:
+    """Whether ``jwk`` may verify a token signed with ``alg``: its type and curve are the
+    algorithm's, and its own ``alg``, if it names one, is the same."""
+    kty, curve = KEY_TYPES[alg]
+    if jwk.get("kty") != kty or jwk.get("alg", alg) != alg:
+        return False
+    if alg == "EdDSA":
+        return jwk.get("crv") in EDDSA_CURVES
+    return curve is None or jwk.get("crv") == curve
+
+
+def _reason(error: jwt.PyJWTError, issuer: str) -> str:
+    """The reason a decoded token is refused, from PyJWT's error class (never its message, which
+    may quote the token)."""
+    if isinstance(error, jwt.ExpiredSignatureError):
+        return "expired (exp has passed)"
+    if isinstance(error, jwt.ImmatureSignatureError):
+        which = "iat" if "(iat)" in str(error) else "nbf"
+        return f"not valid yet ({which} is in the future)"
+    if isinstance(error, jwt.MissingRequiredClaimError):
+        return f"no {error.claim} claim, which is required"
+    if isinstance(error, jwt.InvalidAudienceError):
+        return "wrong audience (aud does not hold the audience errands expects)"
+    if isinstance(error, jwt.InvalidIssuerError):
+        return f"wrong issuer (iss is not {issuer})"
+    if isinstance(error, jwt.InvalidIssuedAtError):
+        return "the iat claim is not a number"
+    return "malformed (its header, claims or signature cannot be decoded)"
