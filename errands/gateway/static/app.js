@@ -3,18 +3,26 @@
 // it is written, questions, approvals, steering messages and side questions.
 // Plain DOM, no build step. Every text from the server becomes a text node (textContent or
 // append(string)); nothing is ever parsed as HTML, markdown included.
-// ES modules, one concern each: api.js (calls, token, el), markdown.js (blocks and live text)
-// with inline.js (its inline marks), sessions.js (the list
-// and the open session), task.js (the task followed), events.js (reading its event log),
-// rounds.js (what each event changes), cards.js (questions and approvals). This one starts and
-// follows tasks, sends messages, side questions and cancels, and wires the page up.
+// ES modules, one concern each: api.js (calls, token, el), signin.js (who the page acts as,
+// the sign-in prompt), markdown.js (blocks and live text) with inline.js (its inline marks),
+// sessions.js (the list and the open session), task.js (the task followed), events.js (reading
+// its event log), rounds.js (what each event changes), cards.js (questions and approvals). This
+// one starts and follows tasks, sends messages, side questions and cancels, and wires the page
+// up.
 
 import { $, api, taskPath } from "./api.js";
 import { collectAnswers, sendAnswer, sendApproval } from "./cards.js";
 import { renderMarkdown } from "./markdown.js";
 import { page } from "./page.js";
-import { loadConversation, loadSessions, openSession } from "./sessions.js";
-import { follow, showReceipt, temporalLink } from "./task.js";
+import {
+  forgetSessions,
+  loadConversation,
+  loadSessions,
+  openSession,
+  sessionKey,
+} from "./sessions.js";
+import { bindSignIn, signIn } from "./signin.js";
+import { follow, forgetTask, showReceipt, temporalLink } from "./task.js";
 
 // -- starting and following a task ----------------------------------------------------------
 
@@ -122,13 +130,34 @@ async function loadInfo() {
   if (page.current) temporalLink(page.current.id);
 }
 
+// The address the page was opened at (#session=… or #task=…), opened once someone is signed in.
+let landing = new URLSearchParams(location.hash.slice(1));
+
+// What a principal sees once signed in: their sessions, and the session or task the address
+// names (or the session they last opened).
+async function enter() {
+  const at = landing;
+  landing = new URLSearchParams();
+  openSession(at.get("session") || localStorage.getItem(sessionKey()) || newSessionId());
+  await Promise.all([loadInfo(), loadSessions()]);
+  if (at.get("task")) {
+    $("watch-id").value = at.get("task");
+    $("watch-form").requestSubmit();
+  }
+}
+
+// After a sign-out, or a token that stopped working: nothing the principal saw stays.
+function leave() {
+  forgetTask();
+  forgetSessions();
+  page.info = null;
+  for (const id of ["task-text", "watch-id"]) $(id).value = "";
+  $("start-error").textContent = "";
+  history.replaceState(null, "", location.pathname);
+}
+
 function bind() {
-  $("token").value = sessionStorage.getItem("errands.token") || "";
-  $("token").addEventListener("change", () => {
-    sessionStorage.setItem("errands.token", $("token").value);
-    loadInfo();
-    loadSessions();
-  });
+  bindSignIn(enter, leave);
   $("start-form").addEventListener("submit", startTask);
   $("watch-form").addEventListener("submit", followExisting);
   $("question").addEventListener("submit", (e) => {
@@ -151,13 +180,7 @@ function bind() {
   });
 }
 
-document.addEventListener("DOMContentLoaded", async () => {
+document.addEventListener("DOMContentLoaded", () => {
   bind();
-  const hash = new URLSearchParams(location.hash.slice(1));
-  openSession(hash.get("session") || localStorage.getItem("errands.session") || newSessionId());
-  await Promise.all([loadInfo(), loadSessions()]);
-  if (hash.get("task")) {
-    $("watch-id").value = hash.get("task");
-    $("watch-form").requestSubmit();
-  }
+  signIn();
 });

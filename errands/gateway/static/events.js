@@ -1,10 +1,11 @@
 // Reading a task's event log (GET /v1/tasks/{id}/events) and listing it on the page; what each
 // event changes is the caller's (rounds.js).
 // Server-sent events read with fetch, so the bearer token travels in a header (an EventSource
-// cannot send one). A dropped connection resumes after the last seq applied (Last-Event-ID);
-// a repeated seq is dropped, so no event is lost or shown twice.
+// cannot send one); a 401 brings the sign-in prompt back. A dropped connection resumes after
+// the last seq applied (Last-Event-ID); a repeated seq is dropped, so no event is lost or shown
+// twice.
 
-import { $, el, headers, taskPath } from "./api.js";
+import { $, auth, el, headers, taskPath } from "./api.js";
 import { page } from "./page.js";
 
 const RETRY_MS = 500;
@@ -45,7 +46,13 @@ async function readStream(watch, on) {
     }
     if (!response.ok) {
       const data = await response.json().catch(() => ({}));
-      $("task-error").textContent = data.detail || `event stream: ${response.status}`;
+      if (page.current !== watch) return "stop";
+      const reason = data.detail || `event stream: ${response.status}`;
+      if (response.status === 401) {
+        auth.refused(reason); // the token stopped working: sign in again
+        return "stop";
+      }
+      $("task-error").textContent = reason;
       return response.status >= 500 ? "retry" : "stop";
     }
     $("task-error").textContent = "";

@@ -1,5 +1,6 @@
-// The session list (GET /v1/tasks, grouped by session) and the open session: its tasks and its
-// conversation (GET /v1/sessions/{id}/messages), read on from the last message shown.
+// The session list (GET /v1/tasks, grouped by session: the gateway lists only the signed-in
+// principal's) and the open session: its tasks and its conversation
+// (GET /v1/sessions/{id}/messages), read on from the last message shown.
 
 import { $, api, el } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
@@ -21,6 +22,23 @@ export async function loadSessions() {
   } catch (error) {
     $("sessions-error").textContent = error.message;
   }
+}
+
+// Empties the list and the open session: after a sign-out nothing of them stays on the page.
+export function forgetSessions() {
+  page.sessions = new Map();
+  page.convo = null;
+  for (const id of ["sessions", "session-tasks", "conversation"]) $(id).replaceChildren();
+  for (const id of ["session-name", "sessions-error"]) $(id).textContent = "";
+  $("session").value = "";
+  $("sessions-empty").hidden = true;
+}
+
+// Where the session last opened is remembered: one key per principal, so a sign-in as someone
+// else never opens it (the loopback user, and a gateway that names no one, keep the plain key).
+export function sessionKey() {
+  const me = page.me;
+  return me && me.via !== "local" ? `errands.session:${me.id}` : "errands.session";
 }
 
 export function renderSessions() {
@@ -68,7 +86,7 @@ export function openSession(id) {
     $("task").hidden = true;
   }
   $("session").value = id;
-  localStorage.setItem("errands.session", id);
+  localStorage.setItem(sessionKey(), id);
   if (!page.convo || page.convo.session !== id) {
     page.convo = { session: id, lastSeq: 0, rows: new Map() };
     $("conversation").replaceChildren();
@@ -122,7 +140,9 @@ export async function loadConversation() {
       $("conversation").append(messageItem(m));
     }
   } catch (error) {
-    $("sessions-error").textContent = error.message;
+    // A session with no task yet (a new one) has no conversation: the gateway says 404, as it
+    // does for a session of someone else's, and the page shows it empty either way.
+    if (error.status !== 404) $("sessions-error").textContent = error.message;
   }
   return [...view.rows.values()];
 }

@@ -60,6 +60,19 @@ export function stop(watch) {
   if (watch.abort) watch.abort.abort();
 }
 
+// Stops following the task and empties its panel, the forms' texts included: after a sign-out
+// nothing of the task stays on the page, shown or hidden.
+export function forgetTask() {
+  if (page.current) stop(page.current);
+  page.current = null;
+  resetTaskPanel("");
+  $("task").hidden = true;
+  const texts = ["approval-tool", "approval-where", "approval-why", "approval-arguments"];
+  texts.push("approval-size", "approval-sha256", "approval-verified", "approval-error");
+  for (const id of [...texts, "answer-error", "next-task"]) $(id).textContent = "";
+  for (const id of ["message-text", "btw-question", "approval-reason"]) $(id).value = "";
+}
+
 function resetTaskPanel(taskId) {
   $("task").hidden = false;
   $("task-id").textContent = taskId;
