@@ -10,6 +10,12 @@ and told to the model as not approved.
 An answer that carries the digest of the arguments its user saw is refused unless they are the
 waiting call's (a missing digest is not checked: the signal path, and answers recorded before).
 
+Who answers is checked here too, under the client's checks (``errands.agent.approvals.refusal``:
+the task's owner, approvers, admins, as the call's policy says). A call whose policy is ``two``
+keeps waiting after its first approval, which is recorded on the request (``approved_by``,
+logged as ``approval_recorded``); a second approval by someone else settles it. Every event of
+an answer names who gave it and the digest of the call it answered.
+
 The handlers live on the workflow class (Temporal needs them there); they and the round loop go
 through ``PendingApprovals``, which changes only the calls waiting and says what happened. What
 the task shows meanwhile (its state, its search attributes) stays the workflow's to set.
@@ -34,7 +40,8 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRequest,
         Verdict,
     )
-    from errands.contracts.events import ApprovalOutcome
+    from errands.contracts.events import ApprovalOutcome, named
+    from errands.contracts.principals import Principal
     from errands.contracts.workflows import TaskState
     from errands.errors import AnswerRejected
     from workflows._log import log_event
@@ -88,6 +95,16 @@ class Settled:
     verdict: Verdict
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """An approval counted toward a call that needs more (policy ``two``): the call, with the
+    approval in its ``approved_by``, waits on for ``waiting_for`` more."""
+
+    request: ApprovalRequest
+    answer: ApprovalAnswer
+    waiting_for: int
+
+
 class PendingApprovals:
     """The task's calls waiting for approval (kept in ``TaskState``, so they travel with a
     continue-as-new) and the verdicts on the task's own calls."""
@@ -128,8 +145,9 @@ class PendingApprovals:
             self._state.approvals = [r for r in self.waiting if r.requester != requester]
         return dropped
 
-    def check(self, answer: ApprovalAnswer, task_id: str) -> None:
-        """Raise ``AnswerRejected`` unless ``answer`` can settle a waiting call now."""
+    def check(self, answer: ApprovalAnswer, task_id: str, owner: str | None = None) -> None:
+        """Raise ``AnswerRejected`` unless ``answer`` can settle a waiting call of the task
+        (owned by ``owner``) now, or count toward it."""
         request = self.find(answer.approval_id)
         if request is None:
             waiting = ", ".join(r.approval_id for r in self.waiting) or "none"
@@ -150,22 +168,33 @@ class PendingApprovals:
                 f"{answer.arguments_sha256}); nothing was approved or denied. Read the call "
                 f"again with `errands status {task_id}` and answer what it shows"
             )
-        if answer.decision == "approve_always" and request.policy != "ask":
-            raise AnswerRejected(
-                f"{request.tool} asks before every call (approval 'always'): approve this call "
-                "once, or deny it"
-            )
+        refused = approvals.refusal(request, answer, owner, task_id)
+        if refused is not None:
+            raise AnswerRejected(refused)
 
-    def settle(self, answer: ApprovalAnswer) -> Settled | None:
+    def settle(self, answer: ApprovalAnswer) -> Settled | Recorded | None:
         """Take the user's answer off the waiting call (None: answered meanwhile, by another
-        update or signal). A verdict on the task's own call is kept here for its waiter."""
-        request = self.drop(answer.approval_id)
+        update or signal), or, when the call needs more approvals than it now has, record the
+        approval on it (it waits on). A verdict on the task's own call is kept here for its
+        waiter."""
+        request = self.find(answer.approval_id)
         if request is None:
             return None
+        approving = answer.decision != "deny"
+        approved_by = [*request.approved_by, *([answer.by] if answer.by else [])]
+        if approving and answer.by is not None:
+            request = request.model_copy(update={"approved_by": approved_by})
+            if (left := approvals.still_needed(request)) > 0:
+                self._state.approvals = [
+                    request if r.approval_id == request.approval_id else r for r in self.waiting
+                ]
+                return Recorded(request=request, answer=answer, waiting_for=left)
+        self.drop(answer.approval_id)
         denial = (
             approvals.denied(request.tool, answer.reason) if answer.decision == "deny" else None
         )
-        verdict = Verdict(approval_id=request.approval_id, denial=denial)
+        by = approved_by if approving else [answer.by] if answer.by else []
+        verdict = Verdict(approval_id=request.approval_id, denial=denial, by=by)
         if request.requester == workflow.info().workflow_id:
             self.verdicts.put(verdict)
         return Settled(request=request, answer=answer, verdict=verdict)
@@ -210,10 +239,13 @@ async def log_answered(
     decision: ApprovalOutcome,
     reason: str | None = None,
     arguments_sha256: str | None = None,
+    *,
+    answered: Answered | None = None,
 ) -> None:
     """``approval_answered``: the call waits no more. One per call: when the user's answer and
     the timeout meet, the first written stands. A person's answer records the digest it
-    carried (the arguments the person read), None when it carried none."""
+    carried (the arguments the person read), None when it carried none, and (``answered``)
+    who gave it and the digest of the call it settled."""
     await log_event(
         task_id,
         f"{approval_id}:answered",
@@ -223,4 +255,38 @@ async def log_answered(
         decision=decision,
         reason=reason,
         arguments_sha256=arguments_sha256,
+        **(answered.fields() if answered else {}),
+    )
+
+
+@dataclass(frozen=True)
+class Answered:
+    """Who answered a call, and the call they answered (what ``approval_answered`` and
+    ``approval_recorded`` add for a person's answer)."""
+
+    by: Principal | None
+    request: ApprovalRequest
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "by": named(self.by),
+            "approved_by": [named(p) for p in self.request.approved_by],
+            "call_sha256": self.request.arguments_sha256,
+            "tool": self.request.tool,
+        }
+
+
+async def log_recorded(task_id: str, recorded: Recorded) -> None:
+    """``approval_recorded``: one approval of a call that needs more (policy ``two``); the call
+    waits on. Keyed by who approved, so each approval is written once."""
+    request, by = recorded.request, recorded.answer.by
+    await log_event(
+        task_id,
+        f"{request.approval_id}:approved-by:{by.id if by else ''}",
+        "approval_recorded",
+        request.approval_id,
+        approval_id=request.approval_id,
+        arguments_sha256=recorded.answer.arguments_sha256,
+        waiting_for=recorded.waiting_for,
+        **Answered(by, request).fields(),
     )

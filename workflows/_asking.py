@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.agent.control import ASK_USER, Rejection
     from errands.contracts.activities import RememberInput, SessionRef
     from errands.contracts.asking import Answer, QuestionSet
+    from errands.contracts.events import named
     from errands.contracts.messages import ToolCall
     from errands.contracts.workflows import Slot, TaskInput, TaskState
     from errands.errors import ModelMistake
@@ -87,6 +88,7 @@ async def record_answer(
         round=slot.round,
         question_set_id=questions.id,
         status="timed_out" if answer is None else answer.status,
+        **({} if answer is None else {"by": named(answer.by)}),
     )
     if answer is None:
         result = timed_out_result(data.settings.ask_timeout_hours)

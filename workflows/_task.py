@@ -25,10 +25,16 @@ with workflow.unsafe.imports_passed_through():
         SideAnswer,
         SideQuestionInput,
     )
-    from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt, ApprovalRequest
-    from errands.contracts.events import EventType
+    from errands.contracts.approvals import (
+        ApprovalAnswer,
+        ApprovalReceipt,
+        ApprovalRequest,
+    )
+    from errands.contracts.events import EventType, named
+    from errands.contracts.principals import Principal
     from errands.contracts.search import SESSION_MEMO, initial
     from errands.contracts.workflows import (
+        CANCEL_REQUESTED_SIGNAL,
         WAKE_SIGNAL,
         AnswerReceipt,
         MessageReceipt,
@@ -43,9 +49,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows._approvals import (
         REQUEST_SIGNAL,
         WITHDRAW_SIGNAL,
+        Answered,
         PendingApprovals,
+        Recorded,
+        Settled,
         deliver,
         log_answered,
+        log_recorded,
     )
     from workflows._log import log_event
     from workflows._loop import RoundLoop
@@ -87,6 +97,8 @@ class TaskWorkflow:
         self._side_in_flight = False
         self._ending = False
         self._next_task: str | None = None
+        self._canceled_by: Principal | None = None
+        """Who asked to cancel the task (the client signals it just before cancelling)."""
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -111,7 +123,7 @@ class TaskWorkflow:
                 f"task {self.data.task_id} has no question waiting for an answer "
                 f"(status: {self._status.status}); check `errands status {self.data.task_id}`"
             )
-        self._question.validate(payload)
+        self._question.validate(payload, self.data.owner, self.data.task_id)
 
     @workflow.signal(name="submit_answer")
     def submit_answer(self, payload: Any) -> None:
@@ -143,18 +155,28 @@ class TaskWorkflow:
 
     @workflow.update(name="answer_approval")
     async def answer_approval(self, answer: ApprovalAnswer) -> ApprovalReceipt:
-        if not await self._decide_approval(answer):
+        try:
+            decided = await self._decide_approval(answer)
+        except AnswerRejected as error:
+            # Validated, then refused as it ran: the same principal's approval landed first.
+            raise ApplicationError(str(error), type="AnswerRejected", non_retryable=True) from None
+        if decided is None:
             # Validated, then answered by another update or signal before this one ran.
             raise ApplicationError(
                 f"approval {answer.approval_id!r} was answered meanwhile; nothing changed",
                 type="AnswerRejected",
                 non_retryable=True,
             )
-        return ApprovalReceipt(approval_id=answer.approval_id, decision=answer.decision)
+        return ApprovalReceipt(
+            approval_id=answer.approval_id,
+            decision=answer.decision,
+            waiting_for=decided.waiting_for if isinstance(decided, Recorded) else 0,
+            approved_by=decided.request.approved_by,
+        )
 
     @answer_approval.validator
     def _validate_approval(self, answer: ApprovalAnswer) -> None:
-        self._approvals.check(answer, self.data.task_id)
+        self._approvals.check(answer, self.data.task_id, self.data.owner)
 
     @workflow.signal(name="submit_approval")
     async def submit_approval(self, payload: Any) -> None:
@@ -167,35 +189,56 @@ class TaskWorkflow:
             return
         try:
             await self._decide_approval(answer)
+        except AnswerRejected as error:
+            self._answer_error("ignored an invalid approval signal", error)
         except Exception as error:  # noqa: BLE001 - a signal handler's error fails the task
             self._answer_error("an approval signal could not be delivered", error)
 
-    async def _decide_approval(self, answer: ApprovalAnswer) -> bool:
-        """Deliver the user's verdict to the waiting call, then remember approve-always; False
-        when the call was answered meanwhile (by another update or signal)."""
-        settled = self._approvals.settle(answer)
-        if settled is None:
-            return False
+    async def _decide_approval(self, answer: ApprovalAnswer) -> Settled | Recorded | None:
+        """Deliver the user's verdict to the waiting call, then remember approve-always; or
+        record a first approval of a call that needs two. None when the call was answered
+        meanwhile (by another update or signal); ``AnswerRejected`` when an approval by the
+        same principal landed meanwhile."""
+        if self._approvals.find(answer.approval_id) is not None:
+            # Checked again as it runs: another answer may have landed since the validator.
+            self._approvals.check(answer, self.data.task_id, self.data.owner)
+        decided = self._approvals.settle(answer)
+        if decided is None:
+            return None
         self._loop.show_approvals()
+        if isinstance(decided, Recorded):
+            # Policy `two` is newer than every history recorded before it: no patch needed.
+            await log_recorded(self.data.task_id, decided)
+            return decided
         if self._patches.approvals_logged:
             # Asked as the run started; an answer taken before (in a continued run's first
             # moments) goes unlogged rather than ask out of turn.
             reason = answer.reason if answer.decision == "deny" else None
-            # The digest the person's answer carried (None: they answered whatever waited).
+            # The digest the person's answer carried (None: they answered whatever waited),
+            # and the digest of the call it settled, always.
             await log_answered(
                 self.data.task_id,
                 answer.approval_id,
                 answer.decision,
                 reason,
                 answer.arguments_sha256,
+                answered=Answered(answer.by, decided.request),
             )
-        await deliver(settled, self.data.session_id)
-        return True
+        await deliver(decided, self.data.session_id)
+        return decided
 
     def _answer_error(self, what: str, error: Exception) -> None:
         """An answer or approval that could not be used: kept (the last 20) for the status."""
         self.state.answer_errors = [*self.state.answer_errors[-19:], str(error)]
         workflow.logger.warning("%s: %s", what, error)
+
+    # -- cancellation: who asked ---------------------------------------------------------------
+
+    @workflow.signal(name=CANCEL_REQUESTED_SIGNAL)
+    def cancel_requested(self, by: Principal) -> None:
+        """Who asks to cancel the task; the client sends it just before the cancellation, so it
+        arrives first, and the ``canceled`` event names them."""
+        self._canceled_by = by
 
     # -- messages into the running task: steer it, or queue the next task ---------------------
 
@@ -298,12 +341,12 @@ class TaskWorkflow:
             await self._loop.run(self._patches)
         except asyncio.CancelledError:
             self._status.set("canceled", "canceled")
-            await self._log_end("canceled")
+            await self._log_end("canceled", **self._cancel_fields())
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             if is_cancelled_exception(error):
                 self._status.set("canceled", "canceled")
-                await self._log_end("canceled")
+                await self._log_end("canceled", **self._cancel_fields())
                 raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._status.fail("internal", f"{type(error).__name__}: {error}")
@@ -332,13 +375,20 @@ class TaskWorkflow:
             id=next_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
             search_attributes=(
-                initial(session_value(data.session_id)) if data.search_attributes else None
+                initial(session_value(data.session_id), data.owner)
+                if data.search_attributes
+                else None
             ),
             static_summary=f"queued after {data.task_id}",
             memo=None if session is None else {SESSION_MEMO: session},
         )
         self.state.queued = []
         self._next_task = next_id
+
+    def _cancel_fields(self) -> dict[str, Any]:
+        """The ``canceled`` event's ``by``: who asked (absent when nobody said: a cancellation
+        from Temporal directly, or from a client before principals)."""
+        return {} if self._canceled_by is None else {"by": named(self._canceled_by)}
 
     def _undelivered(self) -> list[str]:
         """Messages that arrived as the task ended: no step of the agent showed them."""

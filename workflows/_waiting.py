@@ -2,9 +2,11 @@
 durable wait between them, bounded by the question's deadline.
 
 The answer's update and signal handlers live on the workflow class (Temporal needs them there);
-they go through ``PendingQuestion``. A run that grows too long while it waits, or that wakes to
-find a newer worker version current, hands over to a fresh one with the question still pending;
-this module decides when, the workflow does it.
+they go through ``PendingQuestion``, which also checks who answers (the task's owner or an
+admin, SPEC §10), under the client's own checks, and keeps who did for the event log. A run
+that grows too long while it waits, or that wakes to find a newer worker version current, hands
+over to a fresh one with the question still pending; this module decides when, the workflow
+does it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,19 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from errands.agent.asking import clean_answer, pending_view, validate_answer
     from errands.contracts.asking import Answer, QuestionSet
+    from errands.contracts.principals import Principal
     from errands.contracts.workflows import AnswerReceipt, RoundSettings
+    from errands.errors import AnswerRejected
     from workflows._options import run_is_long, target_version_changed
+
+
+def answered_by(payload: Any) -> Principal | None:
+    """Who gave an answer that validated (``Answer.by``)."""
+    if isinstance(payload, Answer):
+        return payload.by
+    if isinstance(payload, str | bytes):
+        return Answer.model_validate_json(payload).by
+    return Answer.model_validate(payload).by
 
 
 class HandOver:
@@ -46,15 +59,25 @@ class PendingQuestion:
         view: dict[str, Any] = pending_view(self.questions)["pending_question"]
         return view
 
-    def validate(self, payload: Any) -> None:
-        """Raise ``AnswerRejected`` unless ``payload`` answers the open question."""
+    def validate(self, payload: Any, owner: str | None = None, task_id: str = "") -> None:
+        """Raise ``AnswerRejected`` unless ``payload`` answers the open question of a task of
+        ``owner``, and whoever gave it may: the owner or an admin (anyone in a task nobody
+        owns; an answer that names nobody is the owner's, as before principals)."""
         assert self.questions is not None, "only an open question is answered"
         validate_answer(self.questions, payload)
+        by = answered_by(payload)
+        if by is None or by.is_admin or owner is None or by.id == owner:
+            return
+        raise AnswerRejected(
+            f"{by} may not answer the questions of task {task_id}: only its owner ({owner}) "
+            "or an admin may; nothing was answered"
+        )
 
     def accept(self, payload: Any) -> AnswerReceipt:
-        """Take a validated answer; the wait ends with it."""
+        """Take a validated answer (with who gave it); the wait ends with it."""
         assert self.questions is not None, "only an open question is answered"
-        self.answer = clean_answer(self.questions, payload)
+        cleaned = clean_answer(self.questions, payload)
+        self.answer = cleaned.model_copy(update={"by": answered_by(payload)})
         return AnswerReceipt(question_set_id=self.questions.id, status=self.answer.status)
 
     async def wait(

@@ -6,7 +6,15 @@ configuration only (the model cannot change it), pinned with the task's tool lis
 - ``never`` (the default): the tool runs without asking;
 - ``ask``: the call waits for the user; "approve always" lets every later call of that tool in
   the session run without asking;
-- ``always``: every call waits for the user ("approve always" approves this call only).
+- ``always``: every call waits for the user ("approve always" approves this call only);
+- ``approver``: every call waits for a principal with the approver role (or an admin);
+- ``two``: every call waits for two distinct principals, each its owner, an approver or an
+  admin (four eyes): the first approval is recorded and the call waits on for the second.
+
+Who may answer (SPEC §10; ``refusal``) is checked again here, under the client's own checks
+(``errands.client._access``): an answer names who gave it (``ApprovalAnswer.by``), and one the
+policy does not allow is refused and changes nothing. A denial by the owner, an admin or anyone
+who may approve the call settles it at once, whatever its policy.
 
 A waiting call shows as the task's ``pending_approval``; a frontend answers it with the
 ``answer_approval`` update (validated) or the ``submit_approval`` signal. A denial (with the
@@ -31,7 +39,15 @@ import json
 from datetime import datetime
 
 from errands.agent.arguments import read_arguments
-from errands.contracts.approvals import WHY_SHOWN, ApprovalNeed, ApprovalPolicy, ApprovalRequest
+from errands.contracts.approvals import (
+    WHY_SHOWN,
+    ApprovalAnswer,
+    ApprovalNeed,
+    ApprovalPolicy,
+    ApprovalRequest,
+    approvals_needed,
+)
+from errands.contracts.principals import Principal
 from errands.contracts.visible import MAYBE_HIDDEN, hidden_in_approval
 
 SHOWN_MAX_BYTES = 64 * 1024
@@ -142,6 +158,87 @@ def too_large(tool: str, size: int) -> str:
         f"{SHOWN_MAX_BYTES:,} bytes), so it was not run and nobody was asked. Make the call "
         "smaller (split the work into smaller calls) if you still need it."
     )
+
+
+def may_approve(policy: ApprovalPolicy, by: Principal | None, owner: str | None) -> bool:
+    """Whether ``by`` may approve a call of ``policy`` in a task of ``owner``. ``by`` None (an
+    answer from before principals) is the owner's: it may approve what the owner may, except
+    where the policy needs to know who approves (``approver``, ``two``)."""
+    if by is None:
+        return policy in ("ask", "always")
+    if by.is_admin:
+        return True
+    if policy in ("ask", "always"):
+        return owner is None or by.id == owner
+    if policy == "approver":
+        return by.is_approver
+    return by.id == owner or by.is_approver
+
+
+def may_deny(policy: ApprovalPolicy, by: Principal | None, owner: str | None) -> bool:
+    """Whether ``by`` may deny such a call: its owner (``by`` None is the owner's), an admin,
+    or anyone who may approve it."""
+    return by is None or by.id == owner or may_approve(policy, by, owner)
+
+
+def refusal(
+    request: ApprovalRequest, answer: ApprovalAnswer, owner: str | None, task_id: str
+) -> str | None:
+    """Why ``answer`` may not settle (or count toward) ``request``, in a task of ``owner``;
+    None when it may."""
+    by, policy, tool = answer.by, request.policy, request.tool
+    who = "an answer that does not say who gave it" if by is None else str(by)
+    if answer.decision == "deny":
+        if may_deny(policy, by, owner):
+            return None
+        return f"{who} may not deny calls of {tool} in task {task_id}: {_asks_for(policy, owner)}"
+    if answer.decision == "approve_always" and policy != "ask":
+        return (
+            f"{tool} asks before every call ({_policy_words(policy)}): approve this call once, "
+            "or deny it"
+        )
+    if not may_approve(policy, by, owner):
+        hint = (
+            "; answer through errands (the client, the gateway or the CLI), which records who "
+            "answers"
+            if by is None
+            else ""
+        )
+        return (
+            f"{who} may not approve calls of {tool} in task {task_id}: "
+            f"{_asks_for(policy, owner)}{hint}"
+        )
+    if by is not None and any(p.id == by.id for p in request.approved_by):
+        return (
+            f"{by.id} approved this call of {tool} already; it needs a second, different "
+            "approver (its owner, an approver or an admin)"
+        )
+    return None
+
+
+def still_needed(request: ApprovalRequest) -> int:
+    """Approvals ``request`` still waits for before its call may run."""
+    return max(0, approvals_needed(request.policy) - len(request.approved_by))
+
+
+def _asks_for(policy: ApprovalPolicy, owner: str | None) -> str:
+    owner_words = f"its owner ({owner})" if owner else "its owner"
+    if policy == "approver":
+        return "its policy asks for an approver (a principal with the approver or admin role)"
+    if policy == "two":
+        return (
+            f"its policy asks for two different principals, each {owner_words}, an approver "
+            "or an admin"
+        )
+    return f"only {owner_words} or an admin may answer"
+
+
+def _policy_words(policy: ApprovalPolicy) -> str:
+    return {
+        "always": "approval 'always'",
+        "approver": "approval 'approver': an approver answers each call",
+        "two": "approval 'two': two principals approve each call",
+    }.get(policy, f"approval {policy!r}")
 
 
 def denied(tool: str, reason: str | None) -> str:

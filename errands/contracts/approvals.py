@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from errands.contracts.events import named
 from errands.contracts.limits import REASON_CHARS
 from errands.contracts.principals import Principal
 
@@ -23,6 +24,12 @@ ApprovalPolicy = Literal["ask", "always", "approver", "two"]
 - ``two``: two distinct principals, each the owner, an approver or an admin, every call (four
   eyes): the first approval is recorded and the call waits for the second; a denial by either
   settles it."""
+
+
+def approvals_needed(policy: ApprovalPolicy) -> int:
+    """How many distinct principals must approve a call of ``policy`` before it runs."""
+    return 2 if policy == "two" else 1
+
 
 WHY_SHOWN = 1_000
 """Characters of the model's explanation (``why``) a pending approval shows. The arguments are
@@ -78,6 +85,9 @@ class ApprovalRequest(BaseModel):
     requester: str
     """The workflow waiting for the verdict: the task's own id, or a branch's."""
     expires_at: datetime
+    approved_by: list[Principal] = Field(default_factory=list)
+    """Who approved the call so far, while it waits for more (policy ``two``: the first of
+    the two). Kept in ``TaskState`` with the request, so it travels across continue-as-new."""
 
     def view(self) -> dict[str, object]:
         return {
@@ -90,6 +100,9 @@ class ApprovalRequest(BaseModel):
             "where": self.where,
             "can_approve_always": self.policy == "ask",
             "expires_at": self.expires_at.isoformat(),
+            "policy": self.policy,
+            "approvals_needed": approvals_needed(self.policy),
+            "approved_by": [named(p) for p in self.approved_by],
         }
 
 
@@ -116,6 +129,9 @@ class Verdict(BaseModel):
 
     approval_id: str
     denial: str | None = None
+    by: list[Principal] = Field(default_factory=list)
+    """Who approved it (each of the two, for policy ``two``), or who denied it; empty for an
+    answer from before principals."""
 
 
 class ApprovalReceipt(BaseModel):
@@ -126,3 +142,9 @@ class ApprovalReceipt(BaseModel):
     tool: str | None = None
     arguments_sha256: str | None = None
     arguments_bytes: int | None = None
+    waiting_for: int = 0
+    """Approvals the call still waits for: 0 when the answer settled it; 1 when it was the
+    first approval of a call whose policy is ``two`` (it waits for a second, different
+    approver)."""
+    approved_by: list[Principal] = Field(default_factory=list)
+    """Who has approved the call so far (policy ``two``: one, then both)."""

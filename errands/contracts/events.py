@@ -19,6 +19,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from errands.contracts.principals import Principal
+
 EventType = Literal[
     "task_started",
     "round_started",
@@ -34,6 +36,7 @@ EventType = Literal[
     "tool_finished",
     "approval_requested",
     "approval_answered",
+    "approval_recorded",
     "question_asked",
     "question_answered",
     "side_question_asked",
@@ -53,6 +56,8 @@ TERMINAL: frozenset[str] = frozenset({"replied", "failed", "canceled"})
 """The types that end a task's log."""
 
 _ROUND = "the round (0, 1, …)"
+_BY = '{"id", "role"} of the principal'
+_CALL_SHA256 = "SHA-256 (hex) of the arguments of the call it answered (approval_requested's)"
 _WHERE = '"main" for the main agent, else the branch as "r{round}/b{ordinal}"'
 
 EVENT_FIELDS: dict[str, dict[str, str]] = {
@@ -124,9 +129,29 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "decision": "approve, approve_always, deny, timed_out, headless or cancelled",
         "reason": "why the user denied it (null otherwise)",
         "arguments_sha256": "the digest a person's answer carried (else null)",
+        "by": f"who answered: {_BY} (null: an answer that named nobody; absent when no person "
+        "answered: timed_out, headless, cancelled)",
+        "approved_by": f"everyone who approved the call, each {_BY} (policy two: both; absent "
+        "as by)",
+        "call_sha256": f"{_CALL_SHA256} (absent as by)",
+        "tool": "the name the model called (absent as by)",
+    },
+    "approval_recorded": {
+        "approval_id": "as approval_requested",
+        "by": f"who approved: {_BY}",
+        "approved_by": "everyone who approved the call so far, this approval included",
+        "waiting_for": "approvals it still waits for (policy two: 1) before it runs",
+        "arguments_sha256": "as approval_answered",
+        "call_sha256": _CALL_SHA256,
+        "tool": "the name the model called",
     },
     "question_asked": {"round": _ROUND, "question_set_id": "its id", "headers": "one per question"},
-    "question_answered": {"round": _ROUND, "question_set_id": "its id", "status": "how"},
+    "question_answered": {
+        "round": _ROUND,
+        "question_set_id": "its id",
+        "status": "how",
+        "by": f"who answered: {_BY} (null: an answer that named nobody; absent when it timed out)",
+    },
     "side_question_asked": {"question": "the question (cut)"},
     "side_question_answered": {"answer": "the answer (cut)", "model": "provider:model"},
     "message_received": {"message_id": "task:{task}:steer:{n}", "mode": "steer/interrupt/queue"},
@@ -134,7 +159,7 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
     "compaction": {"where": _WHERE, "covers": "[first seq, last seq] summarised"},
     "replied": {"replied_by": "model or join", "chars": "the reply's length"},
     "failed": {"kind": "the failure kind", "message": "what happened and what to do"},
-    "canceled": {},
+    "canceled": {"by": f"who asked: {_BY} (absent when nobody said: a cancellation from Temporal)"},
 }
 """Every event type and its fields (beyond ``seq``, ``type``, ``task_id``, ``at``, ``cause``)."""
 
@@ -202,6 +227,12 @@ class LiveText:
         stored."""
         written = [(step, text) for (w, step), (_, text) in self._steps.items() if w == where]
         return max(((s, t) for s, t in written if t.strip()), default=(0, ""))[1].strip()
+
+
+def named(principal: Principal | None) -> dict[str, str] | None:
+    """A principal as events and views name it: its id and role (never a token; a principal
+    holds none)."""
+    return None if principal is None else {"id": principal.id, "role": principal.role}
 
 
 def cut(text: str, limit: int = 400) -> str:

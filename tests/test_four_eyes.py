@@ -1,0 +1,272 @@
+"""Who may approve a tool call (issue 25): the task checks every answer against the tool's
+policy and the task's owner, under the client's own checks. ``approver``: a principal with the
+approver role (or an admin); ``two``: two distinct principals, each the owner, an approver or an
+admin (four eyes), the first approval recorded while the call waits on. A refused answer changes
+nothing; the event log names everyone who answered and the digest of the call they answered.
+
+Driven through ``errands.Client(...).as_principal(...)`` against a real MCP server whose
+``search`` needs two approvals and whose ``write`` needs an approver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.store import SessionStore
+from errands.client import Client as ErrandsClient
+from errands.client import TaskHandle
+from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt
+from errands.contracts.principals import Principal
+from errands.contracts.workflows import TaskResult
+from errands.errors import AnswerRejected, TaskNotFound
+from errands.settings import Settings
+from errands.workers import build_worker
+from tests.helpers import eventually
+from tests.mcp_notes import Servers
+from tests.test_work_tools import MODEL, tool_results
+
+ALICE = Principal(id="alice", role="user")
+"""Starts the tasks: their owner."""
+BOB = Principal(id="bob", role="user")
+CAROL = Principal(id="carol", role="approver")
+DAVE = Principal(id="dave", role="approver")
+
+
+@pytest.fixture
+async def policy_worker(
+    client: Client, settings: Settings, store: SessionStore, servers: Servers
+) -> AsyncIterator[Settings]:
+    """The web server's ``search`` needs two approvals; its ``write`` an approver's."""
+    web = {**servers.config["web"], "approval": {"search": "two", "write": "approver"}}
+    own = settings.model_copy(
+        update={
+            "task_queue": f"four-eyes-{uuid.uuid4().hex[:6]}",
+            "mcp_servers": json.dumps({"web": web}),
+        }
+    )
+    router = ModelRouter(own)
+    async with build_worker(client, own, store=store, router=router):
+        yield own
+    await router.aclose()
+
+
+@pytest.fixture
+async def errands_client(
+    client: Client, policy_worker: Settings, store: SessionStore
+) -> ErrandsClient:
+    return ErrandsClient(client, policy_worker, store=store)
+
+
+def calls_once(tool: str, arguments: dict[str, Any]) -> Any:
+    """A main agent that calls ``tool`` once, then replies with what it read."""
+
+    def main_agent(request: RecordedRequest) -> Reply:
+        results = tool_results(request)
+        if not results:
+            return Reply(text="I need this.", calls=[Call(tool, arguments)])
+        return Reply(calls=[Call("final_reply", {"text": results[-1]["content"][:120]})])
+
+    return main_agent
+
+
+async def waiting(task: TaskHandle, approved: int = 0) -> dict[str, Any]:
+    """The call waiting for approval, once ``approved`` approvals are recorded on it."""
+
+    async def pending() -> dict[str, Any] | None:
+        status = await task.status()
+        shown = status.pending_approval
+        if shown is None or len(shown["approved_by"]) != approved:
+            return None
+        assert status.status == "waiting_for_user"
+        return shown
+
+    return await eventually(pending, f"a call of {task.task_id} waiting for approval")
+
+
+def approval_log(store: SessionStore, task_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.type, e.data) for e in store.list_events(task_id) if e.type.startswith("approval_")]
+
+
+def tool_log(store: SessionStore, task_id: str) -> list[str]:
+    return [e.type for e in store.list_events(task_id) if e.type.startswith("tool_")]
+
+
+async def test_two_distinct_principals_approve_a_call_whose_policy_is_two(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    errands_client: ErrandsClient,
+) -> None:
+    agent = calls_once("mcp__web__search", {"query": "four eyes"})
+    scripted.script("gpt-tools", agent, agent)
+    task = await errands_client.as_principal(ALICE).start("Search the notes.", model=MODEL)
+    pending = await waiting(task)
+    assert pending["policy"] == "two" and pending["approvals_needed"] == 2
+    assert pending["can_approve_always"] is False
+
+    # A user who is neither the owner nor an approver: the client does not show them the task,
+    # and the task itself refuses the answer if it reaches it all the same.
+    with pytest.raises(TaskNotFound):
+        await errands_client.as_principal(BOB).task(task.task_id).approve()
+    raw = client.get_workflow_handle(task.task_id)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await raw.execute_update(
+            "answer_approval",
+            ApprovalAnswer(approval_id=pending["approval_id"], decision="approve", by=BOB),
+            result_type=ApprovalReceipt,
+        )
+    assert "bob (user) may not approve calls of mcp__web__search" in str(refused.value.cause)
+    assert "two different principals" in str(refused.value.cause)
+    await raw.signal(
+        "submit_approval",
+        ApprovalAnswer(approval_id=pending["approval_id"], decision="approve", by=BOB),
+    )
+    status = await eventually(
+        lambda: _with_error(task, "bob (user) may not approve"), "the refused signal recorded"
+    )
+    assert status.pending_approval == pending, "a refused answer changes nothing"
+
+    # The first approver's verdict is recorded; the call waits on.
+    first = await errands_client.as_principal(CAROL).task(task.task_id).approve()
+    assert first.waiting_for == 1 and first.approved_by == [CAROL]
+    pending_after_one = await waiting(task, approved=1)
+    assert pending_after_one["approved_by"] == [{"id": "carol", "role": "approver"}]
+    assert pending_after_one["approval_id"] == pending["approval_id"]
+    assert "tool_requested" not in tool_log(store, task.task_id), "nothing ran yet"
+
+    # The same principal approving again does not count twice.
+    with pytest.raises(AnswerRejected, match="carol approved this call of mcp__web__search"):
+        await errands_client.as_principal(CAROL).task(task.task_id).approve()
+    assert (await waiting(task, approved=1)) == pending_after_one
+
+    # A second, distinct principal (the owner) runs it.
+    second = await errands_client.as_principal(ALICE).task(task.task_id).approve()
+    assert second.waiting_for == 0 and second.approved_by == [CAROL, ALICE]
+    result = await task.wait(timeout=60)
+    assert result.status == "replied" and result.reply == "no notes match"
+
+    digest = pending["arguments_sha256"]
+    assert approval_log(store, task.task_id)[1:] == [
+        (
+            "approval_recorded",
+            {
+                "approval_id": pending["approval_id"],
+                "arguments_sha256": None,
+                "waiting_for": 1,
+                "by": {"id": "carol", "role": "approver"},
+                "approved_by": [{"id": "carol", "role": "approver"}],
+                "call_sha256": digest,
+                "tool": "mcp__web__search",
+            },
+        ),
+        (
+            "approval_answered",
+            {
+                "approval_id": pending["approval_id"],
+                "decision": "approve",
+                "reason": None,
+                "arguments_sha256": None,
+                "by": {"id": "alice", "role": "user"},
+                "approved_by": [
+                    {"id": "carol", "role": "approver"},
+                    {"id": "alice", "role": "user"},
+                ],
+                "call_sha256": digest,
+                "tool": "mcp__web__search",
+            },
+        ),
+    ]
+    assert tool_log(store, task.task_id) == ["tool_approved", "tool_requested", "tool_finished"]
+
+
+async def test_a_denial_by_the_owner_settles_a_call_of_policy_two_at_once(
+    scripted: ScriptedModelServer, store: SessionStore, errands_client: ErrandsClient
+) -> None:
+    agent = calls_once("mcp__web__search", {"query": "not this"})
+    scripted.script("gpt-tools", agent, agent)
+    task = await errands_client.as_principal(ALICE).start("Search the notes.", model=MODEL)
+    pending = await waiting(task)
+    await errands_client.as_principal(CAROL).task(task.task_id).approve()
+    await waiting(task, approved=1)
+
+    receipt = await errands_client.as_principal(ALICE).task(task.task_id).deny(reason="no")
+    assert receipt.waiting_for == 0
+    result = await task.wait(timeout=60)
+    assert (result.reply or "").startswith("ERROR: Not approved: the user denied")
+
+    type_, answered = approval_log(store, task.task_id)[-1]
+    assert type_ == "approval_answered" and answered["decision"] == "deny"
+    assert answered["by"] == {"id": "alice", "role": "user"}
+    assert answered["approved_by"] == [{"id": "carol", "role": "approver"}]
+    assert answered["call_sha256"] == pending["arguments_sha256"]
+    assert tool_log(store, task.task_id) == ["tool_denied"]
+
+
+async def test_policy_approver_refuses_the_owner_who_is_a_user_and_takes_an_approver(
+    servers: Servers,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    errands_client: ErrandsClient,
+) -> None:
+    agent = calls_once("mcp__web__write", {"name": "reviewed", "text": "by dave"})
+    scripted.script("gpt-tools", agent, agent)
+    task = await errands_client.as_principal(ALICE).start("Write the note.", model=MODEL)
+    pending = await waiting(task)
+    assert pending["policy"] == "approver" and pending["approvals_needed"] == 1
+
+    with pytest.raises(AnswerRejected) as refused:
+        await errands_client.as_principal(ALICE).task(task.task_id).approve()
+    assert "alice (user) may not approve calls of mcp__web__write" in str(refused.value)
+    assert "its policy asks for an approver" in str(refused.value)
+    with pytest.raises(AnswerRejected, match="approve this call once, or deny it"):
+        await errands_client.as_principal(DAVE).task(task.task_id).approve(always=True)
+    assert (await waiting(task)) == pending, "refused answers change nothing"
+    assert not (servers.web / "reviewed.txt").exists()
+
+    receipt = await errands_client.as_principal(DAVE).task(task.task_id).approve()
+    assert receipt.waiting_for == 0 and receipt.approved_by == [DAVE]
+    result = await task.wait(timeout=60)
+    assert result.status == "replied"
+    assert (servers.web / "reviewed.txt").read_text() == "by dave"
+    _, answered = approval_log(store, task.task_id)[-1]
+    assert answered["by"] == {"id": "dave", "role": "approver"}
+    assert answered["call_sha256"] == pending["arguments_sha256"]
+
+
+async def test_an_answer_that_names_nobody_cannot_approve_for_an_approver(
+    client: Client, scripted: ScriptedModelServer, errands_client: ErrandsClient
+) -> None:
+    """Policies that need to know who approves refuse an answer that does not say (a frontend
+    from before principals talking to Temporal directly); the owner's denial still counts."""
+    agent = calls_once("mcp__web__write", {"name": "anonymous", "text": "x"})
+    scripted.script("gpt-tools", agent, agent)
+    task = await errands_client.as_principal(ALICE).start("Write a note.", model=MODEL)
+    pending = await waiting(task)
+    raw = client.get_workflow_handle(task.task_id)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await raw.execute_update(
+            "answer_approval",
+            ApprovalAnswer(approval_id=pending["approval_id"], decision="approve"),
+            result_type=ApprovalReceipt,
+        )
+    assert "an answer that does not say who gave it may not approve" in str(refused.value.cause)
+    await raw.execute_update(
+        "answer_approval",
+        ApprovalAnswer(approval_id=pending["approval_id"], decision="deny", reason="not so"),
+        result_type=ApprovalReceipt,
+    )
+    result = await asyncio.wait_for(task.wait(), 60)
+    assert "Their reason: not so" in (result.reply or "")
+
+
+async def _with_error(task: TaskHandle, text: str) -> TaskResult | None:
+    status = await task.status()
+    return status if any(text in e for e in status.answer_errors) else None
