@@ -25,7 +25,7 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from errands.adapters.identity.oidc import OidcVerifier, looks_like_jwt
 from errands.contracts.principals import Principal
-from errands.errors import Unauthorized, Unavailable
+from errands.errors import ConfigError, Unauthorized, Unavailable
 from errands.settings import Settings
 
 pytestmark = pytest.mark.fast
@@ -68,6 +68,8 @@ class Issuer:
     url: str = ""
     keys: list[SigningKey] = field(default_factory=list)
     hits: dict[str, int] = field(default_factory=lambda: {"discovery": 0, "jwks": 0})
+    down: bool = False
+    names_itself: str | None = None
 
     @property
     def jwks_url(self) -> str:
@@ -90,10 +92,13 @@ class Issuer:
 
     async def discovery(self, _: web.Request) -> web.Response:
         self.hits["discovery"] += 1
-        return web.json_response({"issuer": self.url, "jwks_uri": self.jwks_url})
+        issuer = self.names_itself or self.url
+        return web.json_response({"issuer": issuer, "jwks_uri": self.jwks_url})
 
     async def jwks(self, _: web.Request) -> web.Response:
         self.hits["jwks"] += 1
+        if self.down:
+            return web.json_response({"error": "maintenance"}, status=503)
         return web.json_response({"keys": [key.jwk() for key in self.keys]})
 
 
@@ -313,6 +318,29 @@ async def test_an_issuer_that_is_down_is_unavailable_and_named(issuer: Issuer) -
     message = str(caught.value)
     assert f"{down}/.well-known/openid-configuration" in message
     assert all(part not in message for part in token.split("."))
+
+
+async def test_keys_past_their_age_are_kept_while_the_issuer_is_down(issuer: Issuer) -> None:
+    verifier = issuer.verifier(max_age=0)
+    await verifier.verify(issuer.token())
+    issuer.down = True
+
+    for _ in range(5):
+        assert (await verifier.verify(issuer.token())).id == "alice"
+
+    assert issuer.hits["jwks"] == 2  # one failed refetch, then none until refresh_interval
+
+
+async def test_a_discovery_document_naming_another_issuer_is_a_config_error(
+    issuer: Issuer,
+) -> None:
+    issuer.names_itself = "https://login.example.com"
+
+    with pytest.raises(ConfigError) as caught:
+        await issuer.verifier().verify(issuer.token())
+
+    assert caught.value.setting == "ERRANDS_OIDC_ISSUER"
+    assert "names the issuer 'https://login.example.com'" in str(caught.value)
 
 
 # -- the shape -------------------------------------------------------------------------------

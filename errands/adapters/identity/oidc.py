@@ -129,6 +129,7 @@ class OidcVerifier:
         self.refresh_interval = refresh_interval
         self.max_age = max_age
         self._keys: _KeySet | None = None
+        self._discovered: str | None = None
         self._attempts = 0
         self._last_error: Unavailable | ConfigError | None = None
         self._last_refresh: float | None = None
@@ -212,6 +213,9 @@ class OidcVerifier:
                     self._last_error = None
                 except (Unavailable, ConfigError) as error:
                     self._last_error = error
+                    if self._keys is not None:  # kept, and tried again in refresh_interval
+                        retry_at = time.monotonic() - self.max_age + self.refresh_interval
+                        self._keys = _KeySet(self._keys.keys, retry_at)
                 finally:
                     self._attempts += 1  # counted when done: who waited meanwhile sees it
             if self._last_error is not None:
@@ -223,15 +227,15 @@ class OidcVerifier:
     async def _fetch(self) -> tuple[dict[str, Any], ...]:
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            url = self.jwks_url
+            url = self.jwks_url or self._discovered
             if url is None:
                 discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
                 document = await self._get_json(http, discovery, "discovery document")
-                if str(document.get("issuer", "")).rstrip("/") != self.issuer.rstrip("/"):
+                named = str(document.get("issuer", ""))[:200]
+                if named.rstrip("/") != self.issuer.rstrip("/"):
                     raise ConfigError(
-                        f"the discovery document at {discovery} names another issuer than "
-                        f"{self.issuer}: set ERRANDS_OIDC_ISSUER to the issuer exactly as it "
-                        "names itself",
+                        f"the discovery document at {discovery} names the issuer {named!r}, not "
+                        f"{self.issuer}: set ERRANDS_OIDC_ISSUER to the issuer as it names itself",
                         setting="ERRANDS_OIDC_ISSUER",
                     )
                 url = document.get("jwks_uri")
@@ -240,7 +244,7 @@ class OidcVerifier:
                         f"the discovery document at {discovery} has no jwks_uri: set "
                         "ERRANDS_OIDC_JWKS_URL to where the issuer's keys are"
                     )
-                self.jwks_url = url
+                self._discovered = url
             keys = (await self._get_json(http, url, "key set")).get("keys")
         if not isinstance(keys, list):
             raise Unavailable(f"the key set at {url} has no keys list: check ERRANDS_OIDC_JWKS_URL")
