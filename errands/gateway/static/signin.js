@@ -35,6 +35,9 @@ export async function signIn() {
     // A gateway that names no one (no /v1/me) still serves the page; other calls say the rest.
     if (error.status !== 404) $("who-error").textContent = error.message;
   }
+  // The loopback user needs no token: one kept from an earlier gateway is dropped, so Sign out
+  // (which would ask for a token nobody needs) does not show.
+  if (me && me.via === "local" && auth.token) setToken("");
   page.me = me;
   showWho(me);
   $("sign-in-panel").hidden = true;
