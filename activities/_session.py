@@ -8,6 +8,7 @@ import asyncio
 from temporalio import activity
 
 from activities._events import event, preview, record
+from activities._quotas import CostQuotas
 from activities._threads import open_threads, read_stored, write_branch_row
 from errands.adapters.store import SessionStore
 from errands.agent.reading import READ_MESSAGE
@@ -46,6 +47,7 @@ from errands.contracts.rows import (
     ToolResultMeta,
     UserMeta,
 )
+from errands.settings import Settings
 
 
 def replied(task_id: str, by: str, text: str) -> NewEvent:
@@ -55,9 +57,15 @@ def replied(task_id: str, by: str, text: str) -> NewEvent:
 
 
 class SessionActivities:
-    def __init__(self, store: SessionStore, types: dict[str, SubtaskType]) -> None:
+    """``settings``: the worker's, for its daily cost quotas (``ERRANDS_QUOTAS``, at its
+    prices); None: no quota is checked at round boundaries."""
+
+    def __init__(
+        self, store: SessionStore, types: dict[str, SubtaskType], settings: Settings | None = None
+    ) -> None:
         self._store = store
         self._types = types
+        self._cost = CostQuotas.of(settings)
 
     @activity.defn(name="open_task")
     async def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
@@ -88,6 +96,8 @@ class SessionActivities:
         )
         first_round = None
         if data.prepare_first_round:
+            # Round 0 is not checked for the cost quota: the task does not name its owner here,
+            # and a start over it is refused (errands.client._quotas).
             first_round = self._prepare_round(
                 PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=0)
             )
@@ -112,6 +122,7 @@ class SessionActivities:
             if joined.deterministic_join:
                 state.join_reason = joined.reason or "no model could answer"
             return state
+        state.over_quota = self._cost.over(store, data.owner)
         ack = store.get(ids.ack_message_id(data.task_id, data.round))
         if ack is not None:
             state.ack = ack.text

@@ -69,6 +69,8 @@ class RoundLoop:
         self.interrupted = False
         """Set by a message that interrupts the round: its branches are cancelled."""
         self._rounds_this_run = 0
+        self._over_quota: str | None = None
+        """Why the owner may not spend more today, as the round's preparation found."""
 
     async def run(self, patches: RunPatches) -> None:
         self._patches = patches
@@ -84,6 +86,7 @@ class RoundLoop:
             round_ = state.round
             state.rounds = max(state.rounds, round_ + 1)
             prepared = await self._prepare(round_)
+            self._over_quota = prepared.over_quota
             if prepared.reply is not None:
                 # A previous attempt already replied: return it, no inference.
                 self._status.replied(prepared.reply, join_reason=prepared.join_reason)
@@ -120,7 +123,9 @@ class RoundLoop:
         data = self._data
         return await store_call(
             SessionActivities.prepare_round,
-            PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=round_),
+            PrepareRoundInput(
+                task_id=data.task_id, session_id=data.session_id, round=round_, owner=data.owner
+            ),
         )
 
     async def _decide(
@@ -153,6 +158,9 @@ class RoundLoop:
         return True
 
     def _final_reason(self) -> str | None:
+        """Why this round must be the task's last (only ``final_reply`` is offered), or None."""
+        if self._over_quota is not None:
+            return self._over_quota
         settings, state = self._data.settings, self._state
         if settings.step_budget - state.steps < 2:
             return f"the step budget is spent ({state.steps} of {settings.step_budget} steps used)"

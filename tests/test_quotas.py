@@ -1,0 +1,252 @@
+"""Quotas (SPEC §10, issue 25): a start over running tasks, starts per hour or cost per day is
+refused (429 with Retry-After over HTTP) and starts nothing; a task whose owner passes the daily
+cost stops at the next round boundary, its branches' work delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client as TemporalClient
+from temporalio.worker import Worker
+
+from errands.adapters.identity.keys import mint
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import ScriptedModelServer
+from errands.adapters.store import SessionStore, TaskStart
+from errands.agent.quotas import seconds_to_next_day
+from errands.client import Client, TaskHandle
+from errands.client._quotas import check_start, quota_checked
+from errands.contracts import search
+from errands.contracts.messages import Usage
+from errands.contracts.principals import Principal
+from errands.errors import ConfigError, QuotaExceeded, TaskNotFound
+from errands.gateway import create_app, serving
+from errands.settings import Settings
+from errands.workers import build_worker
+from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final, general
+from tests.test_rounds import answer_branch
+
+PRICES = {"openai:gpt-quota": {"input": 10.0, "output": 0.0}}
+"""$10 per million input tokens: 1,000 tokens cost $0.01."""
+
+
+def someone(name: str) -> Principal:
+    """A principal of this test alone (the store and the server outlive a test)."""
+    return Principal(id=f"{name}-{uuid.uuid4().hex[:6]}", via="key")
+
+
+def limited(settings: Settings, quotas: dict[str, dict[str, float]], **update: object) -> Settings:
+    return settings.model_copy(update={"quotas": json.dumps(quotas), **update})
+
+
+async def owned_by(temporal: TemporalClient, owner: str) -> list[str]:
+    """The task ids Temporal lists for ``owner`` (visibility: may lag a start)."""
+    query = f"WorkflowType = 'TaskWorkflow' AND {search.owner_filter(owner)}"
+    return [w.id async for w in temporal.list_workflows(query)]
+
+
+async def cancel_all(tasks: list[TaskHandle]) -> None:
+    for task in tasks:
+        await task.cancel()
+    for task in tasks:
+        await task.wait(timeout=60)
+
+
+# -- running tasks ------------------------------------------------------------------------------
+
+
+async def test_a_third_running_task_gets_429_with_retry_after_and_nothing_starts(
+    client: TemporalClient,
+    settings: Settings,
+    store: SessionStore,
+    worker: Worker,
+    scripted: ScriptedModelServer,
+) -> None:
+    """With running_tasks: 2, over the real gateway, as a principal known by an API key."""
+    alice = someone("alice")
+    token, record = mint(alice.id, "user", datetime.now(UTC))
+    store.add_principal(record)
+    scripted.script("gpt-quota", ask(DATABASE), ask(DATABASE))
+    errands = Client(client, limited(settings, {alice.id: {"running_tasks": 2}}), store=store)
+    app = create_app(errands, token=None)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as http:
+        started = []
+        for n in (1, 2):
+            reply = await http.post(
+                f"/v1/sessions/q-{uuid.uuid4().hex[:8]}/tasks",
+                json={"text": f"task {n}", "model": "openai:gpt-quota"},
+                headers=headers,
+            )
+            assert reply.status_code == 201, reply.text
+            started.append(reply.json()["task_id"])
+        third = await http.post(
+            f"/v1/sessions/q-{uuid.uuid4().hex[:8]}/tasks",
+            json={"text": "task 3", "model": "openai:gpt-quota"},
+            headers=headers,
+        )
+    tasks = [errands.task(t) for t in started]
+    try:
+        assert third.status_code == 429, third.text
+        assert third.headers["retry-after"] == "30"
+        detail = third.json()["detail"]
+        assert f"{alice.id} runs 2 tasks" in detail and "running_tasks: 2" in detail
+        assert token not in third.text
+        since = datetime.now(UTC) - timedelta(hours=1)
+        assert [s.task_id for s in store.starts_since(alice.id, since)] == started
+
+        async def both_listed() -> list[str] | None:
+            ids = await owned_by(client, alice.id)
+            return ids if len(ids) >= 2 else None
+
+        listed = await eventually(both_listed, "both tasks in Temporal's visibility")
+        assert sorted(listed) == sorted(started), "no third workflow exists"
+    finally:
+        await cancel_all(tasks)
+
+
+async def test_starts_in_quick_succession_are_each_counted_though_visibility_lags(
+    client: TemporalClient,
+    settings: Settings,
+    store: SessionStore,
+    worker: Worker,
+    scripted: ScriptedModelServer,
+) -> None:
+    """Three starts at once: the first two pass, the third is refused and its id names no task."""
+    bob = someone("bob")
+    scripted.script("gpt-quota", ask(DATABASE), ask(DATABASE))
+    errands = Client(client, limited(settings, {bob.id: {"running_tasks": 2}}), store=store)
+    as_bob = errands.as_principal(bob)
+    ids = [f"quota-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    outcomes = await asyncio.gather(
+        *(
+            as_bob.start(f"task {n}", task_id=i, model="openai:gpt-quota")
+            for n, i in enumerate(ids)
+        ),
+        return_exceptions=True,
+    )
+    started = [o for o in outcomes if isinstance(o, TaskHandle)]
+    refused = [o for o in outcomes if isinstance(o, QuotaExceeded)]
+    try:
+        assert (len(started), len(refused)) == (2, 1), outcomes
+        assert refused[0].quota == "running_tasks" and refused[0].retry_after == 30
+        assert "wait for one to end or cancel one" in str(refused[0])
+        loser = next(i for i, o in zip(ids, outcomes, strict=True) if isinstance(o, QuotaExceeded))
+        with pytest.raises(TaskNotFound):
+            await errands.task(loser).status()
+    finally:
+        await cancel_all(started)
+
+
+# -- starts per hour ----------------------------------------------------------------------------
+
+
+async def test_starts_per_hour_says_when_the_oldest_start_leaves_the_hour(
+    client: TemporalClient, settings: Settings, store: SessionStore
+) -> None:
+    carol = someone("carol")
+    now = datetime.now(UTC)
+    for minutes in (59, 10):  # the first leaves the hour in about a minute
+        store.record_start(
+            TaskStart(
+                task_id=f"old-{uuid.uuid4().hex[:8]}",
+                owner=carol.id,
+                session_id="s-old",
+                started_at=now - timedelta(minutes=minutes),
+            )
+        )
+    errands = Client(client, limited(settings, {"*": {"starts_per_hour": 2}}), store=store)
+    task_id = f"quota-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(QuotaExceeded) as refused:
+        await errands.as_principal(carol).start("one more", task_id=task_id)
+    assert refused.value.quota == "starts_per_hour"
+    assert 55 <= refused.value.retry_after <= 60
+    assert f"{carol.id} started 2 tasks in the last hour" in str(refused.value)
+    with pytest.raises(TaskNotFound):
+        await errands.task(task_id).status()
+
+
+# -- nothing limited, nothing counted -----------------------------------------------------------
+
+
+@pytest.mark.fast
+async def test_a_principal_no_quota_limits_costs_no_store_or_temporal_call(
+    tmp_path: Path,
+) -> None:
+    """A client with no Temporal connection and a store not yet opened: checking a principal
+    nothing limits passes and opens nothing; checking a limited one opens the store and needs
+    Temporal."""
+    database = tmp_path / "sessions.db"
+    settings = Settings(
+        ERRANDS_DATABASE_URL=f"sqlite:///{database}",
+        ERRANDS_QUOTAS=json.dumps({"dave": {"running_tasks": 1}}),
+    )
+    async with Client(None, settings) as unconnected:
+        await check_start(unconnected, Principal(id="erin"))
+        async with quota_checked(unconnected, Principal(id="erin")):
+            pass
+        assert not database.exists(), "the store was never opened"
+        with pytest.raises(ConfigError, match="connect it to Temporal"):
+            await check_start(unconnected, Principal(id="dave"))
+        assert database.exists()
+
+
+# -- cost per day -------------------------------------------------------------------------------
+
+
+async def test_a_task_over_its_owners_daily_cost_stops_at_the_next_round_with_its_branches_work(
+    client: TemporalClient,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+) -> None:
+    """cost_per_day_usd: 0.01. Round 0 and its two branches spend $0.012: round 1 is the final
+    one (only final_reply, the model told why, with the branches' results) and the task replies."""
+    erin = someone("erin")
+    own = settings.model_copy(
+        update={
+            "task_queue": f"quota-{uuid.uuid4().hex[:8]}",
+            "prices": json.dumps(PRICES),
+            "quotas": json.dumps({erin.id: {"cost_per_day_usd": 0.01}}),
+        }
+    )
+    convo = Conversation(
+        [
+            delegate(
+                general("the north side", 1),
+                general("the south side", 1),
+                usage=Usage(input_tokens=600),
+            ),
+            final("Both sides, summed up."),
+        ],
+        lambda request: answer_branch(request, usage=Usage(input_tokens=300)),
+        branches=2,
+    ).install(scripted, "gpt-quota")
+    router = ModelRouter(own)
+    try:
+        async with build_worker(client, own, store=store, router=router):
+            errands = Client(client, own, store=store).as_principal(erin)
+            result = await errands.run("Survey both sides", model="openai:gpt-quota")
+    finally:
+        await router.aclose()
+    assert result.status == "replied" and result.reply == "Both sides, summed up."
+    assert result.rounds == 2
+    last = convo.main_requests[-1].body
+    assert [t["function"]["name"] for t in last["tools"]] == ["final_reply"]
+    instructions = last["messages"][0]["content"]
+    assert f"{erin.id}'s tasks have spent $0.012 today (UTC)" in instructions
+    assert "over the $0.01 a day ERRANDS_QUOTAS allows them (cost_per_day_usd)" in instructions
+    shown = json.dumps(last["messages"])
+    assert "result for: the north side" in shown and "result for: the south side" in shown
+    # And the next start of theirs is refused until the next UTC day.
+    with pytest.raises(QuotaExceeded) as refused:
+        await errands.start("more", model="openai:gpt-quota")
+    assert refused.value.quota == "cost_per_day_usd"
+    assert abs(refused.value.retry_after - seconds_to_next_day(datetime.now(UTC))) <= 5
+    assert "the $0.01 a day ERRANDS_QUOTAS allows (cost_per_day_usd)" in str(refused.value)
