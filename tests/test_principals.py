@@ -241,7 +241,8 @@ async def test_list_shows_every_key_and_never_a_token_or_digest(keys: Keys) -> N
     listed = await principals(keys, "list", "--json")
     text = await principals(keys, "list")
     assert listed.code == text.code == 0, listed.stderr + text.stderr
-    assert [(k["name"], k["role"], k["revoked_at"] is not None) for k in listed.json()] == [
+    shown = sorted(listed.json(), key=lambda k: k["name"])  # both were made at NOW
+    assert [(k["name"], k["role"], k["revoked_at"] is not None) for k in shown] == [
         ("alice", "admin", False),
         ("bob", "user", True),
     ]
@@ -302,3 +303,16 @@ async def test_a_bad_name_or_role_is_one_line_exit_2_and_stores_nothing(
     assert named in a_clean_refusal(refused.stderr)
     assert refused.stdout == ""
     assert keys.store.list_principals() == []
+
+
+async def test_list_on_a_store_that_does_not_exist_shows_none_and_creates_none(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "nowhere" / "sessions.db"
+    env = cli_env_for(f"sqlite:///{missing}")
+    listed = await run_cli(env, "principals", "list", "--json")
+    revoked = await run_cli(env, "principals", "revoke", "alice")
+    assert (listed.code, listed.json()) == (0, [])
+    assert revoked.code == 2
+    assert "no API key has the id or principal name alice" in a_clean_refusal(revoked.stderr)
+    assert not missing.parent.exists()
