@@ -15,11 +15,13 @@ import pytest
 from temporalio.client import Client as TemporalClient
 from temporalio.worker import Worker
 
+from activities._quotas import CostQuotas
 from errands.adapters.identity.keys import mint
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import ScriptedModelServer
-from errands.adapters.store import SessionStore, TaskStart
-from errands.agent.quotas import seconds_to_next_day
+from errands.adapters.store import SessionStore, TaskStart, open_store
+from errands.agent.quotas import parse_quotas, seconds_to_next_day, seconds_until_hour_frees
+from errands.cli import exit_code
 from errands.client import Client, TaskHandle
 from errands.client._quotas import check_start, quota_checked
 from errands.contracts import search
@@ -250,3 +252,41 @@ async def test_a_task_over_its_owners_daily_cost_stops_at_the_next_round_with_it
     assert refused.value.quota == "cost_per_day_usd"
     assert abs(refused.value.retry_after - seconds_to_next_day(datetime.now(UTC))) <= 5
     assert "the $0.01 a day ERRANDS_QUOTAS allows (cost_per_day_usd)" in str(refused.value)
+
+
+# -- the rules, without a server ----------------------------------------------------------------
+
+
+@pytest.mark.fast
+def test_the_retry_after_arithmetic() -> None:
+    now = datetime(2026, 12, 2, 23, 59, 30, 250_000, tzinfo=UTC)
+    assert seconds_to_next_day(now) == 30
+    assert seconds_to_next_day(datetime(2026, 12, 2, tzinfo=UTC)) == 86_400
+    assert seconds_until_hour_frees(now - timedelta(minutes=59), now) == 60
+    assert seconds_until_hour_frees(now - timedelta(hours=2), now) == 1, "at least a second"
+
+
+@pytest.mark.fast
+def test_a_quota_refusal_exits_the_cli_with_2() -> None:
+    assert exit_code(QuotaExceeded("over", quota="running_tasks", retry_after=30)) == 2
+
+
+@pytest.mark.fast
+def test_the_round_boundary_takes_the_owners_role_from_their_api_key(tmp_path: Path) -> None:
+    """A role entry decides an owner's daily cost only through a live key of theirs (a worker
+    knows the owner's id, not how they signed in); no cost quota configured: no query at all."""
+    store = open_store(f"sqlite:///{tmp_path / 'sessions.db'}")
+    try:
+        _, record = mint("frank", "admin", datetime.now(UTC))
+        store.add_principal(record)
+        quotas = CostQuotas(parse_quotas('{"role:admin": {"cost_per_day_usd": 0}}'), {})
+        assert quotas.over(store, "frank") == (
+            "frank's tasks have spent $0.00 today (UTC), over the $0.00 a day ERRANDS_QUOTAS "
+            "allows them (cost_per_day_usd)"
+        )
+        assert quotas.over(store, "grace") is None, "no key: no role, so no role's limit"
+        assert quotas.over(store, None) is None
+    finally:
+        store.close()
+    closed = CostQuotas(parse_quotas('{"*": {"running_tasks": 1}}'), {})
+    assert closed.over(store, "frank") is None, "no cost quota: the closed store is not read"
