@@ -41,6 +41,7 @@ COMMANDS = [
     ["worker"],
     ["serve", "--port", "0"],
     ["dev", "--port", "0"],
+    ["principals", "list"],
 ]
 """Every kind of command: each must refuse bad input the same way."""
 IDS = [" ".join(c[:2]) if c[0] == "run" and len(c) > 2 else c[0] for c in COMMANDS]
