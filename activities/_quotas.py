@@ -2,9 +2,9 @@
 ``cost_per_day_usd`` today, by the worker's ``ERRANDS_QUOTAS`` and prices.
 
 Asked by ``prepare_round`` each round; with no cost quota configured it answers at once, with
-no query. The owner's role is not in the task: it is read from their errands API key when a
-``role:`` entry could decide their limit (an OIDC principal with no key gets their own entry's
-or ``*``'s limit).
+no query. The owner's role is the one the task started with (``TaskInput.owner_role``); for a
+task that does not carry it, the role of their errands API key, when a ``role:`` entry could
+decide their limit.
 """
 
 from __future__ import annotations
@@ -34,16 +34,18 @@ class CostQuotas:
         return cls(settings.quota_table(), price_table(settings.prices))
 
     def over(
-        self, store: SessionStore, owner: str | None, now: datetime | None = None
+        self,
+        store: SessionStore,
+        owner: str | None,
+        role: str | None = None,
+        now: datetime | None = None,
     ) -> str | None:
-        """Why ``owner``'s tasks may not go on spending today, or None (also for no owner)."""
+        """Why ``owner`` (with ``role`` when the task knows it) may not go on spending today, or
+        None (also for no owner)."""
         if owner is None or not self._any:
             return None
-        role = (
-            self._role(store, owner)
-            if role_decides(self._quotas, owner, "cost_per_day_usd")
-            else None
-        )
+        if role is None and role_decides(self._quotas, owner, "cost_per_day_usd"):
+            role = self._role(store, owner)
         limit = quota_of(self._quotas, owner, role).cost_per_day_usd
         if limit is None:
             return None

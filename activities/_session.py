@@ -122,7 +122,7 @@ class SessionActivities:
             if joined.deterministic_join:
                 state.join_reason = joined.reason or "no model could answer"
             return state
-        state.over_quota = self._cost.over(store, data.owner)
+        state.over_quota = self._cost.over(store, data.owner, data.owner_role)
         ack = store.get(ids.ack_message_id(data.task_id, data.round))
         if ack is not None:
             state.ack = ack.text

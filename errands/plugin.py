@@ -215,7 +215,7 @@ def build_activities(
 ) -> list[Callable[..., Any]]:
     """Every errands activity, bound to one store, one router, the installed types, the MCP
     servers the agents may call and the main agent's own tools."""
-    session = SessionActivities(store, types)
+    session = SessionActivities(store, types, router.settings)
     mcp = McpTools(store, mcp_servers or {})
     models = ModelActivities(store, router, types, mcp, tools)
     tool_calls = ToolActivities(

@@ -124,7 +124,11 @@ class RoundLoop:
         return await store_call(
             SessionActivities.prepare_round,
             PrepareRoundInput(
-                task_id=data.task_id, session_id=data.session_id, round=round_, owner=data.owner
+                task_id=data.task_id,
+                session_id=data.session_id,
+                round=round_,
+                owner=data.owner,
+                owner_role=data.owner_role,
             ),
         )
 

@@ -28,7 +28,7 @@ from errands.agent.validation import check_model_spec, check_session_id, check_t
 from errands.client._access import check_session
 from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
-from errands.client._quotas import check_start
+from errands.client._quotas import quota_checked
 from errands.client._refusals import refusal
 from errands.client._sessions import session_of, session_query, start_memo
 from errands.client._task_calls import TASK_WORKFLOW
@@ -276,40 +276,42 @@ class Client:
         else owns is ``SessionNotFound``; an admin's task there is the session owner's), and
         their quotas are checked first (``QuotaExceeded``: nothing started)."""
         data = task_input(self._settings, text, **options)
-        data = data.model_copy(update={"owner": await self._owner_of_new_task(data.session_id)})
-        if self.acting is not None:
-            await check_start(self, self.acting)
-        try:
-            await self.temporal.start_workflow(
-                TASK_WORKFLOW,
-                data,
-                id=data.task_id,
-                task_queue=self._settings.task_queue,
-                search_attributes=search.initial(
-                    self.session_tags.written(data.session_id), data.owner
-                ),
-                memo=start_memo(self.session_tags, data.session_id),
-                static_summary=text[:200],  # encrypted with the payloads when keys are set
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            )
-        except WorkflowAlreadyStartedError:
-            raise Conflict(
-                f"a task with id {data.task_id!r} exists already; start it under another id "
-                "(or leave the id out to get a new one)"
-            ) from None
-        except RPCError as error:
-            raise refusal(error, data.task_id, self.namespace) from None
-        if data.owner is not None:
-            await self._store_call(
-                "record_start",
-                TaskStart(
-                    task_id=data.task_id,
-                    owner=data.owner,
-                    session_id=data.session_id,
-                    started_at=datetime.now(UTC),
-                ),
-            )
+        owner = await self._owner_of_new_task(data.session_id)
+        acting = self.acting
+        role = acting.role if acting is not None and acting.id == owner else None
+        data = data.model_copy(update={"owner": owner, "owner_role": role})
+        async with quota_checked(self, acting):  # held until the start is recorded
+            try:
+                await self.temporal.start_workflow(
+                    TASK_WORKFLOW,
+                    data,
+                    id=data.task_id,
+                    task_queue=self._settings.task_queue,
+                    search_attributes=search.initial(
+                        self.session_tags.written(data.session_id), data.owner
+                    ),
+                    memo=start_memo(self.session_tags, data.session_id),
+                    static_summary=text[:200],  # encrypted with the payloads when keys are set
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                )
+            except WorkflowAlreadyStartedError:
+                raise Conflict(
+                    f"a task with id {data.task_id!r} exists already; start it under another id "
+                    "(or leave the id out to get a new one)"
+                ) from None
+            except RPCError as error:
+                raise refusal(error, data.task_id, self.namespace) from None
+            if data.owner is not None:
+                await self._store_call(
+                    "record_start",
+                    TaskStart(
+                        task_id=data.task_id,
+                        owner=data.owner,
+                        session_id=data.session_id,
+                        started_at=datetime.now(UTC),
+                    ),
+                )
         return TaskHandle(self, data.task_id, session_id=data.session_id)
 
     async def _owner_of_new_task(self, session_id: str) -> str | None:

@@ -30,6 +30,8 @@ class PrepareRoundInput(BaseModel):
     round: int
     owner: str | None = None
     """The task's owner: the activity checks their daily cost quota (``RoundState.over_quota``)."""
+    owner_role: str | None = None
+    """The owner's role when the task started (``TaskInput.owner_role``), for ``role:`` quotas."""
 
 
 class BranchOutcome(BaseModel):

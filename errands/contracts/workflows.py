@@ -119,6 +119,9 @@ class TaskInput(BaseModel):
     """The id of the principal the task (and its session) belongs to (SPEC §10), also its
     ``ErrandsOwner`` search attribute; never a token. None: a task from before owners, or one
     an operator started in a session nobody owns (admins only see it where principals are on)."""
+    owner_role: str | None = None
+    """The owner's role when they started the task (their ``role:`` quotas apply); None when
+    someone else (an admin, the operator) started it for them."""
 
 
 class Slot(BaseModel):
