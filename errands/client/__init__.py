@@ -13,6 +13,10 @@ Python program go through it).
 Every refusal is one of ``errands.errors``: ``TaskNotFound``, ``TaskEnded``, ``Conflict``,
 ``InvalidRequest``/``AnswerRejected``, ``NoWorker`` (a running task nobody serves: every query
 and update start is bounded by ``query_timeout``), ``TemporalUnreachable``, ``SideQuestionFailed``.
+
+A frontend serving many users resolves each request's principal with ``Authenticator`` (an API
+key, an OIDC JWT, ERRANDS_API_TOKEN, or the one local user) and acts through
+``client.as_principal(principal)``: ownership is checked there, never by the frontend.
 """
 
 from errands.client._client import (
@@ -26,10 +30,12 @@ from errands.client._client import (
     task_input,
 )
 from errands.client._handle import TaskHandle, TaskInfo
+from errands.client._identify import Authenticator
 from errands.client._upgrade import TaskOnOldVersion
 
 __all__ = [
     "QUERY_TIMEOUT",
+    "Authenticator",
     "Client",
     "StartOptions",
     "TaskHandle",

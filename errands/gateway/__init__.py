@@ -12,9 +12,15 @@
     POST /v1/tasks/{task_id}/cancel         → 202
     GET  /v1/sessions/{session_id}/messages ?after=SEQ
     GET  /v1/tasks/{task_id}/events         text/event-stream
+    GET  /v1/tasks                          ?session=&limit= (the caller's own)
+    GET  /v1/me                             who the request acts as: {id, role, via, auth_required}
+    GET  /v1/info                           the namespace and the Temporal UI's address
 
-With a token every ``/v1`` call needs ``Authorization: Bearer <token>`` (wrong ones, repeated,
-are slowed with 429); without one the gateway only binds to loopback. It answers only to its own
+Every ``/v1`` call acts as a principal (SPEC §10): ``Authorization: Bearer`` with an errands
+API key, an OIDC JWT or ERRANDS_API_TOKEN (an admin); a user sees and acts on their own tasks
+and sessions only, and anyone else's answer exactly as a missing one (404). Refused bearers,
+repeated, are slowed with 429. With none of the three configured the gateway binds to loopback
+only and its one user is ``local``, an admin. It answers only to its own
 address (or ``ERRANDS_ALLOWED_HOSTS``), takes changes only as ``application/json`` and never
 from another site's page, and sends the security headers on every response (``_guards``).
 Refusals are 4xx with ``{"detail": "<what to fix>"}``.

@@ -1,7 +1,12 @@
 """The HTTP gateway: every operation of the CLI as JSON, a task's event log as server-sent
 events, and the web page. ``create_app`` builds it around an
 ``errands.Client``; every handler is a call of it, and every refusal one of ``errands.errors``
-(mapped to a status in ``_errors``)."""
+(mapped to a status in ``_errors``).
+
+Every API request acts as a principal (SPEC §10, DESIGN invariant 13): ``PrincipalGuard``
+resolves it before the route runs, and the route works through ``client.as_principal(it)``, so
+what it may see and do is decided in the client layer, never here: another's task or session
+is a 404, word for word a missing one's."""
 
 from __future__ import annotations
 
@@ -12,17 +17,18 @@ from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Security
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Security
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
-from errands.client import Client, TaskHandle
+from errands.client import Authenticator, Client, TaskHandle
 from errands.contracts.events import StoredEvent
 from errands.contracts.limits import SEQ_MAX
+from errands.contracts.principals import Principal
 from errands.contracts.workflows import MessageReceipt, TaskResult
 from errands.errors import InvalidRequest
-from errands.gateway._auth import BearerGuard
+from errands.gateway._auth import PrincipalGuard
 from errands.gateway._errors import install_handlers
 from errands.gateway._guards import BrowserGuard
 from errands.gateway._models import (
@@ -34,6 +40,7 @@ from errands.gateway._models import (
     ApprovalRequestBody,
     CancelRequested,
     GatewayInfo,
+    Me,
     MessageOut,
     MessageRequest,
     Messages,
@@ -60,16 +67,49 @@ REFUSALS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem} for code in (400, 401, 403, 404, 409, 415, 422, 429, 502, 503)
 }
 BEARER = HTTPBearer(
-    auto_error=False,  # BearerGuard refuses, with errands' own message
+    auto_error=False,  # PrincipalGuard refuses, with errands' own message
     scheme_name="bearer",
-    description="The value of ERRANDS_API_TOKEN the gateway was started with.",
+    description="Who calls: an errands API key (`errands principals add`), an OIDC JWT from "
+    "ERRANDS_OIDC_ISSUER, or the value of ERRANDS_API_TOKEN (an admin). A gateway on loopback "
+    "with none of them configured needs no token.",
 )
 
 
-def create_app(client: Client, *, token: str | None) -> FastAPI:
-    """The gateway. ``token``: require ``Authorization: Bearer <token>`` on every API call (the
-    page and the OpenAPI document stay public; they hold no data)."""
-    guard = BearerGuard(token)
+async def _principal(request: Request) -> Principal:
+    """Who the request acts as (resolved once per request: FastAPI caches a dependency)."""
+    guard: PrincipalGuard = request.app.state.guard
+    return await guard(request)
+
+
+def _acting(request: Request, principal: Annotated[Principal, Depends(_principal)]) -> Client:
+    """The gateway's client acting as the request's principal: a view sharing its connection and
+    store, through which every route works (so no route can reach the unscoped client)."""
+    client: Client = request.app.state.client
+    return client.as_principal(principal)
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+"""The request's principal."""
+Acting = Annotated[Client, Depends(_acting)]
+"""The client acting as the request's principal."""
+
+
+def create_app(
+    client: Client,
+    *,
+    token: str | None,
+    authenticator: Authenticator | None = None,
+    loopback_only: bool = True,
+) -> FastAPI:
+    """The gateway. Every API call acts as the principal its ``Authorization: Bearer`` header
+    names (``authenticator``; default: API keys in ``client``'s store, ERRANDS_OIDC_* of its
+    settings, and ``token`` as ERRANDS_API_TOKEN); the page and the OpenAPI document stay
+    public, they hold no data. ``loopback_only``: the gateway is reachable from this machine
+    alone, so with no auth configured its one user is ``LOCAL``."""
+    if authenticator is None:
+        # The store is opened on the first request, not here: a gateway is built before it runs.
+        authenticator = Authenticator.from_settings(client.settings, client._writer, token=token)
+    guard = PrincipalGuard(authenticator, loopback_only=loopback_only)
     app = FastAPI(
         title="errands gateway",
         version="1",
@@ -78,11 +118,14 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         redoc_url=None,
         redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
+    app.state.client, app.state.guard = client, guard
     install_handlers(app)
     app.add_middleware(BrowserGuard, allowed_hosts=client.settings.allowed_hosts)
-    # Every API call: behind the token (declared in the OpenAPI document), refused with a Problem.
-    bearer = [Security(BEARER)] if guard.enabled else []
-    api = APIRouter(prefix="/v1", dependencies=[*bearer, Depends(guard)], responses=REFUSALS)
+    # Every API call acts as someone: the bearer scheme is declared in the OpenAPI document, and
+    # a request is refused (with a Problem) before any route unless its principal is resolved.
+    api = APIRouter(
+        prefix="/v1", dependencies=[Security(BEARER), Depends(_principal)], responses=REFUSALS
+    )
 
     @api.post(
         "/sessions/{session_id}/tasks",
@@ -90,7 +133,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=TaskCreated,
         summary="Start a task in a session",
     )
-    async def start_task(session_id: SessionId, body: NewTask) -> TaskCreated:
+    async def start_task(session_id: SessionId, body: NewTask, client: Acting) -> TaskCreated:
         handle = await client.start(
             body.text,
             session=session_id,
@@ -105,7 +148,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         responses={200: {"model": TaskResult}},
         summary="A task's state: the fields of `errands status --json`",
     )
-    async def task_state(task_id: TaskId) -> JSONResponse:
+    async def task_state(task_id: TaskId, client: Acting) -> JSONResponse:
         return JSONResponse((await client.task(task_id).status()).public())
 
     @api.post(
@@ -113,7 +156,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=AnswerAccepted,
         summary="Answer the task's pending question",
     )
-    async def answer(task_id: TaskId, body: AnswerRequest) -> AnswerAccepted:
+    async def answer(task_id: TaskId, body: AnswerRequest, client: Acting) -> AnswerAccepted:
         cancelled = body.status == "cancelled"
         receipt = await client.task(task_id).answer(
             None if cancelled else body.answers,
@@ -129,7 +172,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=MessageReceipt,
         summary="Send a message into the running task (steer it, or queue the next task)",
     )
-    async def message(task_id: TaskId, body: MessageRequest) -> MessageReceipt:
+    async def message(task_id: TaskId, body: MessageRequest, client: Acting) -> MessageReceipt:
         return await client.task(task_id).say(body.text, mode=body.mode)
 
     @api.post(
@@ -137,7 +180,9 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=ApprovalAccepted,
         summary="Approve or deny the task's tool call waiting for approval",
     )
-    async def approval(task_id: TaskId, body: ApprovalRequestBody) -> ApprovalAccepted:
+    async def approval(
+        task_id: TaskId, body: ApprovalRequestBody, client: Acting
+    ) -> ApprovalAccepted:
         task = client.task(task_id)
         pinned = {"approval_id": body.approval_id, "arguments_sha256": body.arguments_sha256}
         if body.decision == "deny":
@@ -152,7 +197,9 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=SideAnswerOut,
         summary="Ask a side question; the task is not disturbed",
     )
-    async def side_question(task_id: TaskId, body: SideQuestionRequest) -> SideAnswerOut:
+    async def side_question(
+        task_id: TaskId, body: SideQuestionRequest, client: Acting
+    ) -> SideAnswerOut:
         answer = await client.task(task_id).btw(body.question)
         return SideAnswerOut(task_id=task_id, **answer.model_dump())
 
@@ -162,7 +209,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         response_model=CancelRequested,
         summary="Cancel a running task",
     )
-    async def cancel(task_id: TaskId) -> CancelRequested:
+    async def cancel(task_id: TaskId, client: Acting) -> CancelRequested:
         await client.task(task_id).cancel()
         return CancelRequested(task_id=task_id)
 
@@ -173,6 +220,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     )
     async def messages(
         session_id: SessionId,
+        client: Acting,
         after: Annotated[
             int, Query(ge=0, le=SEQ_MAX, description="Only messages with a larger seq.")
         ] = 0,
@@ -194,6 +242,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         summary="The latest tasks, newest first (of one session, with `session`)",
     )
     async def tasks(
+        client: Acting,
         session: Annotated[
             str | None, Query(pattern=SESSION_PATTERN, description="Only this session's.")
         ] = None,
@@ -211,6 +260,20 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
         return GatewayInfo(namespace=client.namespace, temporal_ui=client.settings.temporal_ui())
 
     @api.get(
+        "/me",
+        response_model=Me,
+        summary="Who this request acts as, and whether the gateway needs a token",
+    )
+    async def me(principal: Caller) -> Me:
+        return Me(
+            id=principal.id,
+            role=principal.role,
+            via=principal.via,
+            # Whoever came with a credential needs one; the local user, while none is configured.
+            auth_required=principal.via != "local" or await authenticator.configured(),
+        )
+
+    @api.get(
         "/tasks/{task_id}/events",
         responses={
             200: {"content": {"text/event-stream": {}}, "description": "The task's event log"},
@@ -225,6 +288,7 @@ def create_app(client: Client, *, token: str | None) -> FastAPI:
     )
     async def events(
         task_id: TaskId,
+        client: Acting,
         last_event_id: Annotated[str | None, Header(max_length=20)] = None,
         after: Annotated[
             int | None, Query(ge=0, le=SEQ_MAX, description="Events with a larger seq.")

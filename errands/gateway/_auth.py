@@ -1,4 +1,6 @@
-"""Bearer-token auth, and the rule that a gateway reachable beyond loopback must have a token."""
+"""Who calls the gateway: ``PrincipalGuard`` resolves every API request's principal (through
+``errands.client.Authenticator``) and slows token guessing (``Throttle``); ``BearerGuard`` is
+the codec server's single-token check."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import time
 
 from fastapi import HTTPException, Request
 
+from errands.client import Authenticator
+from errands.contracts.principals import Principal
 from errands.errors import Unauthorized
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
@@ -72,6 +76,49 @@ class Throttle:
         self._clients.pop(client, None)
 
 
+def _client_of(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def _too_many(client: str, wait: float, what: str) -> HTTPException:
+    seconds = math.ceil(wait)
+    return HTTPException(
+        429,
+        f"too many wrong tokens from {client}; wait {seconds} s (Retry-After) and send {what}",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+class PrincipalGuard:
+    """A dependency that resolves the principal of every API request (``Authenticator``) and
+    slows a client that keeps sending refused bearers (``Throttle``; a request with no bearer
+    counts for nothing). ``loopback_only``: the gateway is reachable from this machine alone,
+    so with no auth configured its one user is ``LOCAL``."""
+
+    def __init__(self, authenticator: Authenticator, *, loopback_only: bool = True) -> None:
+        self.authenticator = authenticator
+        self._loopback_only = loopback_only
+        self._throttle = Throttle()
+
+    async def __call__(self, request: Request) -> Principal:
+        client = _client_of(request)
+        wait = self._throttle.wait(client)
+        if wait > 0:
+            raise _too_many(client, wait, "a valid token")
+        header = request.headers.get("authorization")
+        try:
+            principal = await self.authenticator.authenticate(
+                header, loopback_only=self._loopback_only
+            )
+        except Unauthorized:
+            if header:
+                self._throttle.failed(client)
+            raise
+        if header:
+            self._throttle.succeeded(client)
+        return principal
+
+
 class BearerGuard:
     """A dependency that refuses a request without ``Authorization: Bearer <token>``, and
     slows a client that keeps sending wrong ones (``Throttle``).
@@ -92,16 +139,11 @@ class BearerGuard:
     async def __call__(self, request: Request) -> None:
         if self._token is None:
             return
-        client = request.client.host if request.client else "?"
+        client = _client_of(request)
         wait = self._throttle.wait(client)
         if wait > 0:
-            seconds = math.ceil(wait)
-            raise HTTPException(
-                429,
-                f"too many wrong tokens from {client}; wait {seconds} s (Retry-After) and send "
-                f"the value of ERRANDS_API_TOKEN the {self._guarding} was started with",
-                headers={"Retry-After": str(seconds)},
-            )
+            what = f"the value of ERRANDS_API_TOKEN the {self._guarding} was started with"
+            raise _too_many(client, wait, what)
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized(

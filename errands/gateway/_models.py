@@ -15,6 +15,7 @@ from errands.agent.validation import TASK_PATTERN as TASK_PATTERN
 from errands.contracts import limits
 from errands.contracts.approvals import SHA256_HEX
 from errands.contracts.messages import ModelUsage
+from errands.contracts.principals import Role, Via
 
 
 class _Request(BaseModel):
@@ -199,4 +200,18 @@ class GatewayInfo(BaseModel):
     temporal_ui: str | None = Field(
         description="The Temporal UI's base URL (a task: {temporal_ui}/namespaces/{namespace}/"
         "workflows/{task_id}), or null"
+    )
+
+
+class Me(BaseModel):
+    """Who the request acts as (the page shows who is signed in)."""
+
+    id: str = Field(description="The principal's id: what its tasks and sessions are owned by.")
+    role: Role
+    via: Via = Field(
+        description="How it was established: key (an errands API key), oidc, token "
+        "(ERRANDS_API_TOKEN), or local (a loopback gateway with no auth configured)"
+    )
+    auth_required: bool = Field(
+        description="Whether this gateway needs a bearer token (false: its one local user)."
     )
