@@ -179,8 +179,9 @@ def approvals_needed(
     calls: list[ToolCall],
     why: str,
 ) -> list[ApprovalNeed]:
-    """The calls of one step that must wait for the user: their tool's policy is ``always``,
-    or ``ask`` and the session has not approved that tool for good. Blocking."""
+    """The calls of one step that must wait for a person: their tool's policy is ``always``,
+    ``approver`` or ``two`` (who may answer is the task's to check), or ``ask`` and the session
+    has not approved that tool for good. Blocking."""
     by_name = {t.name: t for t in offered}
     needs = []
     for index, call in enumerate(calls):

@@ -230,6 +230,7 @@ async def log_requested(task_id: str, request: ApprovalRequest) -> None:
         where=request.where,
         can_approve_always=request.policy == "ask",
         expires_at=request.expires_at.isoformat(),
+        policy=request.policy,
     )
 
 

@@ -123,6 +123,9 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "where": '"main" for the main agent, else the branch ("round 0 · subtask 2")',
         "can_approve_always": "whether approve_always may answer it (false for policy always)",
         "expires_at": "when the call stops waiting (ISO 8601, UTC)",
+        "policy": "who must approve it: ask or always (its owner or an admin), approver (an "
+        "approver or an admin), two (two different principals, each its owner, an approver or "
+        "an admin; each approval before the last is an approval_recorded)",
     },
     "approval_answered": {
         "approval_id": "as approval_requested",
