@@ -29,9 +29,9 @@ from errands.contracts.workflows import TaskResult
 from errands.errors import AnswerRejected, TaskNotFound
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import eventually
+from tests.helpers import Conversation, eventually
 from tests.mcp_notes import Servers
-from tests.test_work_tools import MODEL, tool_results
+from tests.test_work_tools import MODEL, branch_rows, call, delegating, told_branch, tool_results
 
 ALICE = Principal(id="alice", role="user")
 """Starts the tasks: their owner."""
@@ -183,6 +183,49 @@ async def test_two_distinct_principals_approve_a_call_whose_policy_is_two(
                 "tool": "mcp__web__search",
             },
         ),
+    ]
+    assert tool_log(store, task.task_id) == ["tool_approved", "tool_requested", "tool_finished"]
+
+
+async def test_a_branchs_call_of_policy_two_waits_for_a_second_approver_sent_by_signal(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    errands_client: ErrandsClient,
+) -> None:
+    """A branch's call waits through its task: the first approval (here the signal path,
+    fire-and-forget) is recorded by the task and the branch waits on; the second runs it."""
+    Conversation(
+        delegating(call("mcp__web__search", query="branch eyes")), told_branch, branches=2
+    ).install(scripted, "gpt-tools")
+    task = await errands_client.as_principal(ALICE).start("Search in a branch.", model=MODEL)
+    pending = await waiting(task)
+    assert pending["where"] == "round 0 · subtask 1" and pending["policy"] == "two"
+
+    raw = client.get_workflow_handle(task.task_id)
+    first = ApprovalAnswer(approval_id=pending["approval_id"], decision="approve", by=DAVE)
+    await raw.signal("submit_approval", first)
+    await raw.signal("submit_approval", first)  # the same approver again counts once
+    status = await eventually(
+        lambda: _with_error(task, "dave approved this call of mcp__web__search already"),
+        "the repeated approval refused",
+    )
+    assert status.pending_approval is not None
+    assert status.pending_approval["approved_by"] == [{"id": "dave", "role": "approver"}]
+
+    await errands_client.as_principal(CAROL).task(task.task_id).approve()
+    result = await task.wait(timeout=60)
+    assert result.status == "replied"
+    assert branch_rows(store, result) == ["tool said: no notes match"]
+    logged = approval_log(store, task.task_id)
+    assert [t for t, _ in logged] == [
+        "approval_requested",
+        "approval_recorded",
+        "approval_answered",
+    ]
+    assert logged[2][1]["approved_by"] == [
+        {"id": "dave", "role": "approver"},
+        {"id": "carol", "role": "approver"},
     ]
     assert tool_log(store, task.task_id) == ["tool_approved", "tool_requested", "tool_finished"]
 
