@@ -11,6 +11,8 @@ off, and the other gateway tests run without a token against the suite's shared 
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,14 +29,18 @@ from temporalio.client import Client
 
 from errands.adapters.identity.keys import mint
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
 from errands.contracts.principals import Role
 from errands.gateway import create_app, serving
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.conftest import read_stderr_until, run_cli, running_cli
 from tests.helpers import DATABASE, ask, eventually, final
+from tests.mcp_notes import Servers
+from tests.test_oidc import AUDIENCE, Issuer
+from tests.test_oidc import issuer as issuer  # noqa: F401  (the fixture: a key set on loopback)
 
 MODEL = "gpt-principals"
 REGION = {
@@ -68,13 +74,15 @@ class Stack:
 
 @pytest.fixture(scope="module")
 async def stack(
-    client: Client, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    client: Client, settings: Settings, tmp_path_factory: pytest.TempPathFactory, servers: Servers
 ) -> AsyncIterator[Stack]:
     where: Path = tmp_path_factory.mktemp("principals")
+    web = {**servers.config["web"], "approval": {"search": "always"}}  # search waits for a yes
     own = settings.model_copy(
         update={
             "task_queue": f"principals-{uuid.uuid4().hex[:6]}",
             "database_url": f"sqlite:///{where / 'sessions.db'}",
+            "mcp_servers": json.dumps({"web": web}),
         }
     )
     store = open_store(own.session_database_url())
@@ -147,7 +155,10 @@ async def first_event(
 # -- the routes, each as B tries it on A's task or session ----------------------------------
 
 Probe = Callable[[httpx.AsyncClient, dict[str, str], str, str], Awaitable[httpx.Response]]
-"""A request of one route: (http, headers, task id, session id) → the response."""
+"""A request of one route: (http, headers, task id, session id) → the response. The approval
+route is tried on A's task that waits on a tool approval, every other on the one that waits on
+a question."""
+APPROVAL = ("POST", "/v1/tasks/{task_id}/approval")
 
 PROBES: dict[tuple[str, str], Probe] = {
     ("POST", "/v1/sessions/{session_id}/tasks"): lambda h, a, t, s: h.post(
@@ -212,8 +223,10 @@ class Row:
     method: str
     path: str
     b_on_a: int
-    missing: int
-    same_body: bool
+    missing: int | None
+    """What a task or session that does not exist gets (None: the route names neither)."""
+    same_body: bool | None
+    """Whether B's body is word for word the missing one's, ids aside."""
     a_on_own: int
 
 
@@ -224,10 +237,11 @@ def route_table(rows: list[Row]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in rows:
-        same = "yes" if r.same_body else "no"
-        lines.append(
-            f"| `{r.method} {r.path}` | {r.b_on_a} | {r.missing} | {same} | {r.a_on_own} |"
-        )
+        # A route that names no task or session has no "missing one" to compare with.
+        missing = "—" if r.missing is None else str(r.missing)
+        same = "—" if r.same_body is None else "yes" if r.same_body else "no"
+        b_on_a = f"{r.b_on_a} (B's own only)" if r.path == "/v1/tasks" else str(r.b_on_a)
+        lines.append(f"| `{r.method} {r.path}` | {b_on_a} | {missing} | {same} | {r.a_on_own} |")
     return "\n".join(lines)
 
 
@@ -252,16 +266,27 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
 ) -> None:
     assert api_routes(stack.app) == set(PROBES)
     a, b, admin = stack.as_("a"), stack.as_("b"), stack.as_("admin")
+
+    def searching(request: RecordedRequest) -> Reply:
+        if not [m for m in request.body["messages"] if m["role"] == "tool"]:
+            return Reply(calls=[Call("mcp__web__search", {"query": "databases"})])
+        return final("Searched.")
+
     scripted.script(
         MODEL,
         ask(DATABASE),  # A's task: waits on a question
+        searching,  # A's other task: waits on the approval of a search
         final("B's own."),  # B's task in B's session
         Reply(text="It compares two databases."),  # A's side question
         final("PostgreSQL it is."),  # A's answer
+        searching,  # A's search, approved
     )
     mine = session_id()
     task = await start(http, a, mine, "Choose a database")
     await until_state(http, a, task, "waiting_for_user")
+    tool_task = await start(http, a, session_id(), "Search the notes")
+    waiting = await until_state(http, a, tool_task, "waiting_for_user")
+    assert waiting["pending_approval"]["tool"] == "mcp__web__search"
     theirs = session_id()
     b_task = await start(http, b, theirs, "Something of B's")
     await until_state(http, b, b_task, "replied")
@@ -271,10 +296,10 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
 
     rows: list[Row] = []
     for (method, path), probe in sorted(PROBES.items(), key=lambda kv: kv[0][1]):
-        got = await probe(http, b, task, mine)
+        got = await probe(http, b, tool_task if (method, path) == APPROVAL else task, mine)
         if (method, path) in UNSCOPED:
             assert got.status_code == 200, (path, got.text)
-            rows.append(Row(method, path, 200, 200, True, 0))
+            rows.append(Row(method, path, 200, None, None, 0))
             continue
         if path.startswith("/v1/sessions/{session_id}/tasks"):
             # A session nobody has is B's for the taking: compare with a missing session's read.
@@ -282,7 +307,9 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
             same = anonymised(got, mine) == anonymised(gone, missing_session)
         else:
             gone = await probe(http, b, missing_task, missing_session)
-            same = anonymised(got, task, mine) == anonymised(gone, missing_task, missing_session)
+            same = anonymised(got, task, tool_task, mine) == anonymised(
+                gone, missing_task, missing_session
+            )
         assert got.status_code == 404, (method, path, got.text)
         assert gone.status_code == 404, (method, path, gone.text)
         assert same, (path, got.text, gone.text)
@@ -291,6 +318,7 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
     # Nothing B tried reached A's task or session.
     assert stack.store.list_session(mine) == before
     assert (await until_state(http, a, task, "waiting_for_user"))["pending_question"]
+    assert (await until_state(http, a, tool_task, "waiting_for_user"))["pending_approval"]
     me = (await http.get("/v1/me", headers=b)).json()
     assert me == {"id": stack.names["b"], "role": "user", "via": "key", "auth_required": True}
 
@@ -306,15 +334,16 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
         ("GET", "/v1/sessions/{session_id}/messages"): 200,
         ("GET", "/v1/tasks/{task_id}/events"): 200,
         ("POST", "/v1/tasks/{task_id}/btw"): 200,
-        ("POST", "/v1/tasks/{task_id}/approval"): 409,  # reached: no tool call waits
         ("POST", "/v1/tasks/{task_id}/answer"): 200,
+        APPROVAL: 200,
     }
     a_got: dict[tuple[str, str], int] = {}
     for key, status in owned.items():
-        response = await PROBES[key](http, a, task, mine)
+        response = await PROBES[key](http, a, tool_task if key == APPROVAL else task, mine)
         assert response.status_code == status, (key, response.text)
         a_got[key] = response.status_code
     assert (await until_state(http, a, task, "replied"))["reply"] == "PostgreSQL it is."
+    assert (await until_state(http, a, tool_task, "replied"))["reply"] == "Searched."
     a_got.update(await _a_steers_cancels_and_starts(http, stack, mine, scripted))
     for row in rows:
         row.a_on_own = a_got.get((row.method, row.path), 200)
@@ -431,3 +460,78 @@ async def test_wrong_keys_in_a_row_are_slowed_whatever_comes_next(stack: Stack) 
         assert statuses == [401] * 5 + [429], statuses
         slowed = await h.get("/v1/me", headers=stack.as_("a"))
         assert slowed.status_code == 429 and int(slowed.headers["retry-after"]) >= 1
+
+
+# -- OIDC and errands serve -------------------------------------------------------------------
+
+
+async def test_an_oidc_jwt_acts_as_its_subject_and_a_refused_one_says_why(
+    client: Client,
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+    issuer: Issuer,
+) -> None:
+    where = tmp_path_factory.mktemp("oidc")
+    own = settings.model_copy(
+        update={
+            "database_url": f"sqlite:///{where / 'sessions.db'}",
+            "oidc_issuer": issuer.url,
+            "oidc_audience": AUDIENCE,
+        }
+    )
+    store = open_store(own.session_database_url())
+    subject = f"carol-{uuid.uuid4().hex[:6]}"
+    try:
+        app = create_app(ErrandsClient(client, own, store=store), token=None)
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as h:
+            signed = {"Authorization": f"Bearer {issuer.token(sub=subject)}"}
+            me = (await h.get("/v1/me", headers=signed)).json()
+            assert me == {"id": subject, "role": "user", "via": "oidc", "auth_required": True}
+            assert (await h.get("/v1/tasks", headers=signed)).json() == {"tasks": []}
+
+            expired = issuer.token(sub=subject, exp=int(time.time()) - 600)
+            refused = await h.get("/v1/me", headers={"Authorization": f"Bearer {expired}"})
+            assert refused.status_code == 401, refused.text
+            assert refused.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
+            assert "expired" in refused.json()["detail"]
+            assert all(part not in refused.text for part in expired.split("."))
+
+            anonymous = await h.get("/v1/me")
+            assert anonymous.status_code == 401
+            assert f"an OIDC token from {issuer.url}" in anonymous.json()["detail"]
+    finally:
+        store.close()
+
+
+async def test_errands_serve_beyond_loopback_starts_with_an_api_key_and_asks_for_it(
+    cli_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    where = tmp_path_factory.mktemp("serve")
+    url = f"sqlite:///{where / 'sessions.db'}"
+    store = open_store(url)
+    token, record = mint(f"dana-{uuid.uuid4().hex[:6]}", "user", datetime.now(UTC))
+    store.add_principal(record)
+    store.close()
+    env = {**cli_env, "ERRANDS_DATABASE_URL": url}
+    args = ("serve", "--host", "0.0.0.0", "--port", "0")
+    async with running_cli(env, *args) as proc:
+        started = await read_stderr_until(proc, "errands gateway on")
+        port = started.split("errands gateway on http://0.0.0.0:")[1].split()[0]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as h:
+            assert (await h.get("/v1/me")).status_code == 401
+            keyed = await h.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
+            assert keyed.json()["id"] == record.name, keyed.text
+    assert token not in started
+
+
+async def test_errands_serve_beyond_loopback_with_no_auth_exits_2_naming_the_three_ways(
+    cli_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    url = f"sqlite:///{tmp_path_factory.mktemp('bare') / 'sessions.db'}"
+    result = await run_cli(
+        {**cli_env, "ERRANDS_DATABASE_URL": url}, "serve", "--host", "0.0.0.0", "--port", "0"
+    )
+    assert result.code == 2, result
+    [line] = result.stderr.strip().splitlines()
+    for way in ("errands principals add", "ERRANDS_OIDC_ISSUER", "ERRANDS_API_TOKEN"):
+        assert way in line, line
