@@ -37,7 +37,7 @@ from errands.contracts.activities import (
     RoundState,
     SessionRef,
 )
-from errands.contracts.events import NewEvent
+from errands.contracts.events import NewEvent, named
 from errands.contracts.messages import NewMessage
 from errands.contracts.rows import (
     AckMeta,
@@ -91,6 +91,7 @@ class SessionActivities:
                     data.task_id,
                     session_id=data.session_id,
                     text=preview(data.text),
+                    owner=data.owner,
                 )
             ],
         )
@@ -215,6 +216,7 @@ class SessionActivities:
                     data.message_id,
                     message_id=data.message_id,
                     mode=data.mode,
+                    by=named(data.by),
                 )
             ],
         )

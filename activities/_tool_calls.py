@@ -28,7 +28,9 @@ from errands.agent import prompts, reading
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
 from errands.contracts.activities import RunRoundToolInput, RunToolInput, RunToolOutput
+from errands.contracts.events import named
 from errands.contracts.messages import NewMessage, ToolCall
+from errands.contracts.principals import Principal
 from errands.contracts.rows import StepMeta, ToolResultMeta
 from errands.contracts.text import clean, replaced_note, unstorable
 
@@ -52,10 +54,19 @@ class ToolEvents:
     """The ``tool_requested`` and ``tool_finished`` events of one tool call."""
 
     def __init__(
-        self, store: SessionStore, task_id: str, where: str, call_id: str, call: ToolCall
+        self,
+        store: SessionStore,
+        task_id: str,
+        where: str,
+        call_id: str,
+        call: ToolCall,
+        by: list[Principal] | None = None,
     ) -> None:
         self._store, self._task_id, self._where = store, task_id, where
         self._call_id, self._call = call_id, call
+        self._by = [named(p) for p in by or ()]
+        """Who approved or denied the call, as the events name them (empty: nobody was asked,
+        or an answer from before principals)."""
 
     async def denied(self, text: str) -> None:
         """Not run: denied, not answered in time, no one to ask, cancelled or failed."""
@@ -69,6 +80,7 @@ class ToolEvents:
             where=self._where,
             tool=self._call.name,
             reason=preview(text),
+            by=self._by,
         )
 
     async def requested(self, *, approved: bool) -> None:
@@ -82,6 +94,7 @@ class ToolEvents:
                 self._call_id,
                 where=self._where,
                 tool=self._call.name,
+                by=self._by,
             )
         await asyncio.to_thread(
             record,
@@ -180,7 +193,9 @@ class ToolActivities:
             )
         call = StepMeta.of(step).tool_calls[data.call_index]
         return await self._settle(
-            ToolEvents(self._store, data.task_id, branch_of(data.thread_id), result_id, call),
+            ToolEvents(
+                self._store, data.task_id, branch_of(data.thread_id), result_id, call, data.by
+            ),
             ToolResult(result_id, data.thread_id, call),
             data.verdict,
             data.approved,
@@ -278,7 +293,7 @@ class ToolActivities:
                 ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text)
             )
         return await self._settle(
-            ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call),
+            ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call, data.by),
             ToolResult(data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id),
             data.verdict,
             data.approved,

@@ -67,6 +67,7 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
         "where": "round 0 · subtask 1",
         "can_approve_always": True,
         "expires_at": pending["expires_at"],
+        "policy": "ask",
     }
     assert reply.type == "approval_answered"
     assert reply.data == {
@@ -74,7 +75,11 @@ async def test_a_branch_call_is_logged_as_it_waits_and_as_it_is_approved(
         "decision": "approve",
         "reason": None,
         "arguments_sha256": digest,
-    }, "the digest the person's answer carried"
+        "by": None,
+        "approved_by": [],
+        "call_sha256": digest,
+        "tool": "mcp__web__write",
+    }, "the digest the person's answer carried, and the digest of the call it settled"
     tool = next(e for e in store.list_events(handle.id) if e.type == "tool_approved")
     assert requested.seq < reply.seq < tool.seq
     await keep_history(client, handle.id, "approval_events_in_a_branch")
@@ -110,6 +115,10 @@ async def test_the_main_agents_denied_call_is_logged_with_the_users_reason(
             "decision": "deny",
             "reason": "not now",
             "arguments_sha256": None,
+            "by": None,
+            "approved_by": [],
+            "call_sha256": pending["arguments_sha256"],
+            "tool": "mcp__web__search",
         }
     ], "an answer that carried no digest is logged with none, not the waiting call's"
     await keep_history(client, handle.id, "approval_events_main_agent_denied")

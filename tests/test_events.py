@@ -25,6 +25,7 @@ TYPES = [
     "tool_finished",
     "approval_requested",
     "approval_answered",
+    "approval_recorded",
     "question_asked",
     "question_answered",
     "side_question_asked",

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts.approvals import ApprovalNeed
     from errands.contracts.asking import Answer
+    from errands.contracts.principals import Principal
     from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
     from errands.contracts.workflows import TaskError, TaskInput, TaskState
     from workflows._approvals import PendingApprovals, log_answered, log_requested, request_for
@@ -252,18 +253,18 @@ class RoundLoop:
     def show_approvals(self) -> None:
         self._status.show_approvals(self._approvals.waiting, self._question.open)
 
-    async def approve(self, need: ApprovalNeed, step: int) -> str | None:
+    async def approve(self, need: ApprovalNeed, step: int) -> tuple[str | None, list[Principal]]:
         """Put one of the main agent's calls to the user and wait: None when approved, else
-        the text the model reads."""
+        the text the model reads; and who approved or denied it."""
         if need.refusal is not None:  # too large to show a person: nobody is asked
-            return need.refusal
+            return need.refusal, []
         task_id, hours = self._data.task_id, self._data.settings.ask_timeout_hours
         logged = self._patches.approvals_logged
         if self._data.headless:
             if logged:
                 own = workflow.info().workflow_id
                 await log_answered(task_id, ids.approval_id(own, step, need.index), "headless")
-            return approvals.headless(need.tool)
+            return approvals.headless(need.tool), []
         request = request_for(need, step, "main", hours)
         try:
             if logged:
@@ -281,8 +282,8 @@ class RoundLoop:
         if verdict is None:
             if logged:
                 await log_answered(task_id, request.approval_id, "timed_out")
-            return approvals.timed_out(need.tool, hours)
-        return verdict.denial
+            return approvals.timed_out(need.tool, hours), []
+        return verdict.denial, verdict.by
 
     async def _wait_for_answer(self, waiting: Waiting) -> Answer | None:
         """The user's answer, or None when the question expired first. A run grown too long

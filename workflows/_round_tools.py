@@ -17,14 +17,16 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.activities import RunRoundToolInput
     from errands.contracts.approvals import ApprovalNeed
     from errands.contracts.messages import ToolCall
+    from errands.contracts.principals import Principal
     from errands.contracts.workflows import Slot, TaskInput
     from workflows._failures import attempts_failed
     from workflows._options import tool_run
     from workflows._repairs import append_exchange
 
-Approver = Callable[[ApprovalNeed, int], Awaitable[str | None]]
+Approver = Callable[[ApprovalNeed, int], Awaitable[tuple[str | None, list[Principal]]]]
 """Puts one of the main agent's tool calls (and the step it is in) to the user: None when
-approved, else the text the model reads instead of the tool's result."""
+approved, else the text the model reads instead of the tool's result; and who approved or
+denied it (empty when nobody answered)."""
 
 
 async def run_round_tools(
@@ -41,9 +43,10 @@ async def run_round_tools(
     as an error."""
     settings = data.settings
     verdicts: dict[int, str | None] = {}
+    deciders: dict[int, list[Principal]] = {}
     for need in needs:
         assert approve is not None, "a task that offers such tools can approve them"
-        verdicts[need.index] = await approve(need, step)
+        verdicts[need.index], deciders[need.index] = await approve(need, step)
     calls = list(by_index.values())
     result_ids = [
         ids.round_tool_result_id(
@@ -63,6 +66,7 @@ async def run_round_tools(
                     max_attempts=settings.tool_max_attempts,
                     verdict=verdicts.get(index),
                     approved=index in verdicts and verdicts[index] is None,
+                    by=deciders.get(index, []),
                 ),
                 timeout_seconds=settings.tool_timeout_seconds,
                 heartbeat_seconds=settings.heartbeat_timeout_seconds,

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts.approvals import ApprovalNeed, Verdict
     from errands.contracts.messages import UsageLedger
+    from errands.contracts.principals import Principal
     from errands.contracts.subtasks import SubtaskDraft
     from errands.contracts.workflows import SubtaskInput, SubtaskResult, model_queue
     from workflows._approvals import (
@@ -175,10 +176,11 @@ class SubtaskWorkflow:
     async def _tool_calls(self, data: SubtaskInput, step: int, out: BranchStepOutput) -> None:
         """The step's tool calls, those that need it approved by the user first."""
         try:
-            verdicts = {
-                need.index: await self._approval(data, step, need) for need in out.approvals
-            }
-            await self._run_tools(data, step, out.tool_calls, verdicts)
+            verdicts: dict[int, str | None] = {}
+            deciders: dict[int, list[Principal]] = {}
+            for need in out.approvals:
+                verdicts[need.index], deciders[need.index] = await self._approval(data, step, need)
+            await self._run_tools(data, step, out.tool_calls, verdicts, deciders)
         except asyncio.CancelledError:
             # Every call of the step gets a result, so the thread never holds a call without
             # one; a call that already has its result keeps it.
@@ -188,18 +190,21 @@ class SubtaskWorkflow:
             await self._run_tools(data, step, out.tool_calls, cancelled)
             raise
 
-    async def _approval(self, data: SubtaskInput, step: int, need: ApprovalNeed) -> str | None:
+    async def _approval(
+        self, data: SubtaskInput, step: int, need: ApprovalNeed
+    ) -> tuple[str | None, list[Principal]]:
         """Put a call to the user through the task and wait: None when approved, else the text
-        the model reads (denied, unanswered, or no one to ask). The branch logs its call's wait
-        and how it ended unanswered; the task logs the user's answer."""
+        the model reads (denied, unanswered, or no one to ask); and who approved or denied it.
+        The branch logs its call's wait and how it ended unanswered; the task logs the user's
+        answer."""
         if need.refusal is not None:  # too large to show a person: nobody is asked
-            return need.refusal
+            return need.refusal, []
         logged, hours = self._patches.approvals_logged, data.settings.ask_timeout_hours
         if data.headless:
             if logged:
                 own = workflow.info().workflow_id
                 await log_answered(data.task_id, ids.approval_id(own, step, need.index), "headless")
-            return approvals.headless(need.tool)
+            return approvals.headless(need.tool), []
         request = request_for(need, step, f"round {data.round} · subtask {data.ordinal}", hours)
         parent = workflow.info().parent
         assert parent is not None, "a branch runs as a child of its task"
@@ -217,12 +222,16 @@ class SubtaskWorkflow:
             if logged:
                 await log_answered(data.task_id, request.approval_id, "timed_out")
             await task.signal(WITHDRAW_SIGNAL, request.approval_id)
-            return approvals.timed_out(need.tool, hours)
-        return verdict.denial
+            return approvals.timed_out(need.tool, hours), []
+        return verdict.denial, verdict.by
 
     @staticmethod
     async def _run_tools(
-        data: SubtaskInput, step: int, calls: int, verdicts: dict[int, str | None]
+        data: SubtaskInput,
+        step: int,
+        calls: int,
+        verdicts: dict[int, str | None],
+        deciders: dict[int, list[Principal]] | None = None,
     ) -> None:
         """The step's tool calls, all at once; a call with a verdict stores it instead of
         running. A call whose every attempt failed (its worker kept dying) stores that as its
@@ -241,6 +250,7 @@ class SubtaskWorkflow:
                     max_attempts=data.settings.tool_max_attempts,
                     verdict=verdict,
                     approved=i in verdicts and verdict is None,
+                    by=(deciders or {}).get(i, []),
                 ),
                 timeout_seconds=data.settings.tool_timeout_seconds,
                 heartbeat_seconds=data.settings.heartbeat_timeout_seconds,

@@ -258,6 +258,7 @@ class TaskWorkflow:
                 message_id=message_id,
                 text=message.text,
                 mode=message.mode,
+                by=message.by,
             ),
         )
         state.steers.append(SteerMark(message_id=message_id, seq=appended.seq))
@@ -334,6 +335,7 @@ class TaskWorkflow:
                         session_id=data.session_id,
                         text=data.text,
                         prepare_first_round=True,
+                        owner=data.owner,
                     ),
                 )
                 self.state.types = opened.types

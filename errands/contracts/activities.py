@@ -21,6 +21,7 @@ from errands.contracts.messages import (
     ToolCall,
     Usage,
 )
+from errands.contracts.principals import Principal
 from errands.contracts.subtasks import SubtaskDraft, SubtaskTypeInfo
 
 
@@ -66,6 +67,8 @@ class OpenTaskInput(BaseModel):
     prepare_first_round: bool = False
     """Also read what the store holds for round 0, in the same visit. Tasks started before
     this existed prepare their first round with a store call of its own."""
+    owner: str | None = None
+    """The task's owner (``task_started`` names them)."""
 
 
 class OpenTaskOutput(BaseModel):
@@ -147,6 +150,8 @@ class AppendMessageInput(BaseModel):
     message_id: str
     text: str
     mode: str
+    by: Principal | None = None
+    """Who sent it (``message_received`` names them)."""
 
 
 class AppendReplyInput(BaseModel):
@@ -258,6 +263,9 @@ class RunToolInput(BaseModel):
     stored as its error result instead."""
     approved: bool = False
     """The user approved this call (it waited for approval)."""
+    by: list[Principal] = Field(default_factory=list)
+    """Who approved it (both, for policy ``two``) or who denied it: ``tool_approved`` and
+    ``tool_denied`` name them."""
 
 
 class RunRoundToolInput(BaseModel):
@@ -273,6 +281,8 @@ class RunRoundToolInput(BaseModel):
     """As ``RunToolInput.verdict``."""
     approved: bool = False
     """As ``RunToolInput.approved``."""
+    by: list[Principal] = Field(default_factory=list)
+    """As ``RunToolInput.by``."""
 
 
 class RunToolOutput(BaseModel):

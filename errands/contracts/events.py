@@ -61,7 +61,11 @@ _CALL_SHA256 = "SHA-256 (hex) of the arguments of the call it answered (approval
 _WHERE = '"main" for the main agent, else the branch as "r{round}/b{ordinal}"'
 
 EVENT_FIELDS: dict[str, dict[str, str]] = {
-    "task_started": {"session_id": "the task's session", "text": "the user's message (cut)"},
+    "task_started": {
+        "session_id": "the task's session",
+        "text": "the user's message (cut)",
+        "owner": "the id of the principal the task belongs to (null: nobody's)",
+    },
     "round_started": {"round": _ROUND},
     "model_call_started": {
         "where": _WHERE,
@@ -100,11 +104,17 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
         "output": "the branch's answer or error (a preview)",
     },
     "tool_requested": {"where": _WHERE, "tool": "the name the model called", "arguments": "cut"},
-    "tool_approved": {"where": _WHERE, "tool": "as tool_requested"},
+    "tool_approved": {
+        "where": _WHERE,
+        "tool": "as tool_requested",
+        "by": f"who approved it, each {_BY} (policy two: both; empty for an answer that named "
+        "nobody)",
+    },
     "tool_denied": {
         "where": _WHERE,
         "tool": "as tool_requested",
         "reason": "what the model is told instead (denied, unanswered, headless, cancelled)",
+        "by": f"who denied it, each {_BY} (empty when no person did)",
     },
     "tool_finished": {
         "where": _WHERE,
@@ -157,7 +167,11 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
     },
     "side_question_asked": {"question": "the question (cut)"},
     "side_question_answered": {"answer": "the answer (cut)", "model": "provider:model"},
-    "message_received": {"message_id": "task:{task}:steer:{n}", "mode": "steer/interrupt/queue"},
+    "message_received": {
+        "message_id": "task:{task}:steer:{n}",
+        "mode": "steer/interrupt/queue",
+        "by": f"who sent it: {_BY} (null: a message that named nobody)",
+    },
     "message_delivered": {"message_id": "as message_received", "outcome": "what became of it"},
     "compaction": {"where": _WHERE, "covers": "[first seq, last seq] summarised"},
     "replied": {"replied_by": "model or join", "chars": "the reply's length"},
