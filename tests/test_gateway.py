@@ -623,6 +623,7 @@ def test_the_openapi_document_lists_every_operation() -> None:
         "/v1/tasks/{task_id}/events",
         "/v1/tasks",
         "/v1/info",
+        "/v1/me",
     }
 
 

@@ -393,6 +393,11 @@ class Client:
         store = await asyncio.to_thread(self._writer)
         return await asyncio.to_thread(getattr(store, method), *args)
 
+    def store(self) -> SessionStore:
+        """The session store (opened, and for SQLite created, on first use): where sessions,
+        event logs, API keys and ownership are kept."""
+        return self._writer()
+
     def _writer(self) -> SessionStore:
         if self._store is None:
             self._store, self._owns_store = open_store(self._settings.session_database_url()), True

@@ -108,7 +108,7 @@ def create_app(
     alone, so with no auth configured its one user is ``LOCAL``."""
     if authenticator is None:
         # The store is opened on the first request, not here: a gateway is built before it runs.
-        authenticator = Authenticator.from_settings(client.settings, client._writer, token=token)
+        authenticator = Authenticator.from_settings(client.settings, client.store, token=token)
     guard = PrincipalGuard(authenticator, loopback_only=loopback_only)
     app = FastAPI(
         title="errands gateway",
