@@ -97,10 +97,14 @@ class SessionActivities:
         )
         first_round = None
         if data.prepare_first_round:
-            # Round 0 is not checked for the cost quota: the task does not name its owner here,
-            # and a start over it is refused (errands.client._quotas).
             first_round = self._prepare_round(
-                PrepareRoundInput(task_id=data.task_id, session_id=data.session_id, round=0)
+                PrepareRoundInput(
+                    task_id=data.task_id,
+                    session_id=data.session_id,
+                    round=0,
+                    owner=data.owner,
+                    owner_role=data.owner_role,
+                )
             )
         return OpenTaskOutput(
             types=[t.info() for t in self._types.values()], first_round=first_round

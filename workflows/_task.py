@@ -336,6 +336,7 @@ class TaskWorkflow:
                         text=data.text,
                         prepare_first_round=True,
                         owner=data.owner,
+                        owner_role=data.owner_role,
                     ),
                 )
                 self.state.types = opened.types

@@ -25,7 +25,7 @@ from errands.adapters.encryption import SessionTags, data_converter, encrypting,
 from errands.adapters.store import SessionStore, TaskStart, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
-from errands.client._access import check_session
+from errands.client._access import check_session, no_session
 from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
 from errands.client._quotas import quota_checked
@@ -316,13 +316,18 @@ class Client:
 
     async def _owner_of_new_task(self, session_id: str) -> str | None:
         """Whose a new task in ``session_id`` is: the session's owner. Acting as a principal,
-        a session nobody owns becomes theirs; another's is refused unless they are an admin. The
-        operator's task belongs to the session's owner, if any."""
+        a new session becomes theirs; another's is refused unless they are an admin, and so is
+        a session nobody owns that already has messages (one from before owners, or an
+        operator's): claiming it would hand them its history. The operator's task belongs to
+        the session's owner, if any."""
+        owner: str | None = await self._store_call("session_owner", session_id)
         principal = self.acting
         if principal is None:
-            owner: str | None = await self._store_call("session_owner", session_id)
             return owner
-        owner = await self._store_call("claim_session", session_id, principal.id)
+        if owner is None:
+            if not principal.is_admin and await self._store_call("last_seq", session_id) > 0:
+                raise no_session(session_id)
+            owner = await self._store_call("claim_session", session_id, principal.id)
         check_session(principal, session_id, owner)
         return owner
 

@@ -68,7 +68,9 @@ class OpenTaskInput(BaseModel):
     """Also read what the store holds for round 0, in the same visit. Tasks started before
     this existed prepare their first round with a store call of its own."""
     owner: str | None = None
-    """The task's owner (``task_started`` names them)."""
+    """The task's owner (``task_started`` names them; round 0 checks their cost quota)."""
+    owner_role: str | None = None
+    """As ``PrepareRoundInput.owner_role``."""
 
 
 class OpenTaskOutput(BaseModel):
