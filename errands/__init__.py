@@ -8,10 +8,10 @@ From Python::
     result = await client.run("Compare three databases")
     print(result.reply)
 
-``errands.Client`` talks to tasks; ``errands.ErrandsPlugin`` puts errands' workflows and
-activities on your own Temporal worker, with your subtask types (``errands.SubtaskType``), work
-tools (``errands.tool``) and MCP servers (``errands.McpServerConfig``). Every exception is in
-``errands.errors``.
+``errands.Client`` talks to tasks (acting as an ``errands.Principal`` when it serves several
+people); ``errands.ErrandsPlugin`` puts errands' workflows and activities on your own Temporal
+worker, with your subtask types (``errands.SubtaskType``), work tools (``errands.tool``) and MCP
+servers (``errands.McpServerConfig``). Every exception is in ``errands.errors``.
 
 Names load on first use: workflow code imports ``errands`` submodules, and importing this
 package must not drag the Temporal client, the provider SDKs or the store along.
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from errands.contracts.activities import SideAnswer
     from errands.contracts.events import StoredEvent
     from errands.contracts.messages import StoredMessage, ToolSpec
+    from errands.contracts.principals import Principal
     from errands.contracts.workflows import AnswerReceipt, TaskError, TaskResult
     from errands.errors import (
         AnswerRejected,
@@ -41,8 +42,11 @@ if TYPE_CHECKING:
         FailureKind,
         InvalidRequest,
         ModelMistake,
+        NotFound,
         NoWorker,
+        QuotaExceeded,
         Refused,
+        SessionNotFound,
         SideQuestionFailed,
         Stopped,
         StoreUnavailable,
@@ -69,7 +73,10 @@ _ERRORS = (
     "InvalidRequest",
     "ModelMistake",
     "NoWorker",
+    "NotFound",
+    "QuotaExceeded",
     "Refused",
+    "SessionNotFound",
     "SideQuestionFailed",
     "Stopped",
     "StoreUnavailable",
@@ -98,6 +105,7 @@ _HOMES: dict[str, str] = {
     "AnswerReceipt": "errands.contracts.workflows",
     "SideAnswer": "errands.contracts.activities",
     "StoredEvent": "errands.contracts.events",
+    "Principal": "errands.contracts.principals",
     **{name: "errands.errors" for name in _ERRORS},
 }
 
@@ -116,7 +124,11 @@ __all__ = [
     "McpServerConfig",
     "ModelMistake",
     "NoWorker",
+    "NotFound",
+    "Principal",
+    "QuotaExceeded",
     "Refused",
+    "SessionNotFound",
     "Settings",
     "SideAnswer",
     "SideQuestionFailed",
