@@ -12,8 +12,9 @@ none``, HS256 with the public key, another key's signature, B on A's task).
 Then every secret (the admin token; each API key and its secret part; each JWT and each of its
 three parts) is looked for in every workflow history (the JSON export, the protobuf bytes and the
 decoded payloads), every workflow's memo and search attributes, every row of every table of the
-session store, every log record of every logger at DEBUG (uvicorn's included), every HTTP
-response of the run (refusals too, headers and bodies) and every exception raised to the test.
+session store, every log record of every logger at DEBUG (uvicorn's included) and the Temporal
+dev server's log, every HTTP response of the run (refusals too, headers and bodies) and every
+exception raised to the test.
 The principals' ids, meanwhile, are where they belong: the scan is of a run that did things.
 
 The gateway has a session store of its own: a store with API keys turns anonymous access off.
@@ -43,6 +44,7 @@ from aiohttp import web
 from pydantic import SecretStr
 from temporalio.client import Client
 
+from errands.adapters.devserver import DevServer
 from errands.adapters.identity.keys import mint
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Reply, ScriptedModelServer
@@ -613,9 +615,15 @@ async def test_no_row_of_the_session_store_holds_a_secret(run: Run) -> None:
     assert tables["principals"] == 4  # A, B, the approver and the revoked leaver: hashes only
 
 
-async def test_no_log_line_holds_a_secret(run: Run) -> None:
+async def test_no_log_line_holds_a_secret(run: Run, dev_server: DevServer) -> None:
     found = [leak for line in run.logs.lines for leak in leaks(run.secrets, "a log record", line)]
-    print(f"\n{len(run.logs.lines) // 2} log records scanned, for {secret_count(run)}")
+    assert dev_server.log_file is not None
+    server_log = Path(dev_server.log_file).read_bytes()
+    found += leaks(run.secrets, "the Temporal dev server's log", server_log)
+    print(
+        f"\n{len(run.logs.lines) // 2} log records and {len(server_log)} bytes of the dev "
+        f"server's log scanned, for {secret_count(run)}"
+    )
     assert not found, found[:20]
     assert any("uvicorn.access" in line for line in run.logs.lines), "uvicorn's log was heard"
     assert any(line.startswith("errands") for line in run.logs.lines), "errands' log was heard"
