@@ -4,13 +4,14 @@ deterministic id, so retries and replays never duplicate or change a message."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from temporalio import activity
 
 from activities._events import event, preview, record
 from activities._quotas import CostQuotas
 from activities._threads import open_threads, read_stored, write_branch_row
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, TaskStart
 from errands.agent.reading import READ_MESSAGE
 from errands.agent.subtask_types import SubtaskType
 from errands.contracts import ids
@@ -74,6 +75,17 @@ class SessionActivities:
         return await asyncio.to_thread(self._open_task, data)
 
     def _open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
+        if data.owner is not None:
+            # Also for a task no errands.Client started (queued by its task, another program):
+            # its owner's quotas count it. Recorded once; a client's record comes first.
+            self._store.record_start(
+                TaskStart(
+                    task_id=data.task_id,
+                    owner=data.owner,
+                    session_id=data.session_id,
+                    started_at=datetime.now(UTC),
+                )
+            )
         self._store.append_once(
             NewMessage(
                 id=ids.user_message_id(data.task_id),

@@ -115,6 +115,20 @@ def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedModelServer | N
     server.assert_done()
 
 
+@pytest.fixture(autouse=True)
+def shared_store_keeps_no_keys(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that used the suite's session store leaves no API key in it: one key there makes
+    every later test's gateway (no token, on loopback) ask for one. Such a test keeps its keys
+    in a store of its own."""
+    yield
+    if "store" in request.fixturenames:
+        keys = request.getfixturevalue("store").list_principals()
+        assert not keys, (
+            f"{request.node.nodeid} left API keys ({', '.join(k.name for k in keys)}) in the "
+            "suite's session store; keep them in a store of the test's own"
+        )
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_session_dir: Path) -> str:
     return f"sqlite:///{tmp_session_dir / 'sessions.db'}"

@@ -66,13 +66,16 @@ async def cancel_all(tasks: list[TaskHandle]) -> None:
 async def test_a_third_running_task_gets_429_with_retry_after_and_nothing_starts(
     client: TemporalClient,
     settings: Settings,
-    store: SessionStore,
     worker: Worker,
     scripted: ScriptedModelServer,
+    tmp_path: Path,
 ) -> None:
-    """With running_tasks: 2, over the real gateway, as a principal known by an API key."""
+    """With running_tasks: 2, over the real gateway, as a principal known by an API key. The
+    gateway keeps its keys and starts in a store of its own: a key in the suite's store would
+    make every other test's gateway ask for a token."""
     alice = someone("alice")
     token, record = mint(alice.id, "user", datetime.now(UTC))
+    store = open_store(f"sqlite:///{tmp_path / 'gateway.db'}")
     store.add_principal(record)
     scripted.script("gpt-quota", ask(DATABASE), ask(DATABASE))
     errands = Client(client, limited(settings, {alice.id: {"running_tasks": 2}}), store=store)
@@ -111,6 +114,7 @@ async def test_a_third_running_task_gets_429_with_retry_after_and_nothing_starts
         assert sorted(listed) == sorted(started), "no third workflow exists"
     finally:
         await cancel_all(tasks)
+        store.close()
 
 
 async def test_starts_in_quick_succession_are_each_counted_though_visibility_lags(
@@ -290,3 +294,50 @@ def test_the_round_boundary_takes_the_owners_role_from_their_api_key(tmp_path: P
         store.close()
     closed = CostQuotas(parse_quotas('{"*": {"running_tasks": 1}}'), {})
     assert closed.over(store, "frank") is None, "no cost quota: the closed store is not read"
+
+
+# -- queued messages are starts too -------------------------------------------------------------
+
+
+async def test_a_queued_message_counts_as_a_start_on_a_running_task_and_after_an_ended_one(
+    client: TemporalClient,
+    settings: Settings,
+    store: SessionStore,
+    worker: Worker,
+    scripted: ScriptedModelServer,
+) -> None:
+    """A message queued on a running task becomes a task once it ends: refused when its sender
+    has no start left this hour. Queued after a task ended, it starts at once, as a start of its
+    sender's, recorded and counted."""
+    dana = someone("dana")
+    errands = Client(client, limited(settings, {dana.id: {"starts_per_hour": 2}}), store=store)
+    as_dana = errands.as_principal(dana)
+    scripted.script("gpt-quota", final("first"), final("queued after it"))
+    first = await as_dana.start("first", model="openai:gpt-quota")
+    assert (await first.wait(timeout=60)).reply == "first"
+    receipt = await first.say("then this", mode="queue")
+    assert receipt.status == "started" and receipt.task_id is not None
+    queued = errands.task(receipt.task_id)
+    assert (await queued.wait(timeout=60)).reply == "queued after it"
+    since = datetime.now(UTC) - timedelta(hours=1)
+    assert [s.task_id for s in store.starts_since(dana.id, since)] == [
+        first.task_id,
+        receipt.task_id,
+    ]
+    with pytest.raises(QuotaExceeded) as refused:
+        await as_dana.start("a third", model="openai:gpt-quota")
+    assert refused.value.quota == "starts_per_hour"
+
+    erin = someone("erin")
+    errands = Client(client, limited(settings, {erin.id: {"starts_per_hour": 1}}), store=store)
+    scripted.script("gpt-quota", ask(DATABASE))
+    running = await errands.as_principal(erin).start("asks", model="openai:gpt-quota")
+    await eventually(running.pending_question, "the task to ask")
+    try:
+        with pytest.raises(QuotaExceeded) as refused:
+            await running.say("and after it, this", mode="queue")
+        assert refused.value.quota == "starts_per_hour"
+        received = [e for e in store.list_events(running.task_id) if e.type == "message_received"]
+        assert not received, "nothing was queued"
+    finally:
+        await cancel_all([running])

@@ -276,11 +276,11 @@ class Client:
         else owns is ``SessionNotFound``; an admin's task there is the session owner's), and
         their quotas are checked first (``QuotaExceeded``: nothing started)."""
         data = task_input(self._settings, text, **options)
-        owner = await self._owner_of_new_task(data.session_id)
         acting = self.acting
-        role = acting.role if acting is not None and acting.id == owner else None
-        data = data.model_copy(update={"owner": owner, "owner_role": role})
         async with quota_checked(self, acting):  # held until the start is recorded
+            owner = await self._owner_of_new_task(data.session_id)  # claimed once allowed
+            role = acting.role if acting is not None and acting.id == owner else None
+            data = data.model_copy(update={"owner": owner, "owner_role": role})
             try:
                 await self.temporal.start_workflow(
                     TASK_WORKFLOW,
@@ -302,17 +302,22 @@ class Client:
                 ) from None
             except RPCError as error:
                 raise refusal(error, data.task_id, self.namespace) from None
-            if data.owner is not None:
-                await self._store_call(
-                    "record_start",
-                    TaskStart(
-                        task_id=data.task_id,
-                        owner=data.owner,
-                        session_id=data.session_id,
-                        started_at=datetime.now(UTC),
-                    ),
-                )
+            await self.record_start(data)
         return TaskHandle(self, data.task_id, session_id=data.session_id)
+
+    async def record_start(self, data: TaskInput) -> None:
+        """Record that the task ``data`` started, for its owner's quotas (nothing for a task
+        nobody owns). Its first activity records it too (``open_task``), so a task started
+        elsewhere (queued by a workflow, by another program) counts as well."""
+        if data.owner is None:
+            return
+        start = TaskStart(
+            task_id=data.task_id,
+            owner=data.owner,
+            session_id=data.session_id,
+            started_at=datetime.now(UTC),
+        )
+        await self._store_call("record_start", start)
 
     async def _owner_of_new_task(self, session_id: str) -> str | None:
         """Whose a new task in ``session_id`` is: the session's owner. Acting as a principal,

@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 
 from errands.client._input import checked, checked_answers
 from errands.client._queued import ENDED, start_next
+from errands.client._quotas import check_start
 from errands.client._refusals import innermost, kind_of, refusal
 from errands.client._sessions import session_of
 from errands.client._task_calls import TaskCalls
@@ -206,7 +207,11 @@ class TaskHandle(TaskCalls):
         if mode not in ("steer", "interrupt", "queue"):
             raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
         description = await self._describe("steer")
-        if description.status != WorkflowExecutionStatus.RUNNING:
+        running = description.status == WorkflowExecutionStatus.RUNNING
+        if mode == "queue" and running and self._client.acting is not None:
+            # It becomes a task when this one ends: counted against its sender's quotas now.
+            await check_start(self._client, self._client.acting, queued=True)
+        if not running:
             if mode == "queue":
                 return await start_next(self._client, description, text)
             ended = description.status.name.lower() if description.status else "closed"

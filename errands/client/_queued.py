@@ -20,6 +20,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from errands.client._quotas import quota_checked
 from errands.client._refusals import refusal
 from errands.client._sessions import start_memo
 from errands.client._task_calls import TASK_WORKFLOW
@@ -44,27 +45,31 @@ async def start_next(
         return await client.task(ended.next_task).say(text, mode="queue")
     data = await _last_input(client, task_id)
     next_id = ids.queued_after_end_task_id(task_id)
-    try:
-        await client.temporal.start_workflow(
-            TASK_WORKFLOW,
-            data.model_copy(update={"task_id": next_id, "text": text, "carry": None, "queued": []}),
-            id=next_id,
-            task_queue=description.task_queue,
-            search_attributes=(
-                search.initial(client.session_tags.written(data.session_id), data.owner)
-                if data.search_attributes
-                else None
-            ),
-            memo=start_memo(client.session_tags, data.session_id),
-            static_summary=f"queued after {task_id}",
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        )
-    except WorkflowAlreadyStartedError:
-        # Another message queued after the end got there first: this one goes behind it.
-        return await client.task(next_id).say(text, mode="queue")
-    except RPCError as error:
-        raise refusal(error, next_id, client.namespace) from None
+    data = data.model_copy(update={"task_id": next_id, "text": text, "carry": None, "queued": []})
+    # A start like any other: its sender's quotas, and the start recorded for them.
+    async with quota_checked(client, client.acting):
+        try:
+            await client.temporal.start_workflow(
+                TASK_WORKFLOW,
+                data,
+                id=next_id,
+                task_queue=description.task_queue,
+                search_attributes=(
+                    search.initial(client.session_tags.written(data.session_id), data.owner)
+                    if data.search_attributes
+                    else None
+                ),
+                memo=start_memo(client.session_tags, data.session_id),
+                static_summary=f"queued after {task_id}",
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+        except WorkflowAlreadyStartedError:
+            # Another message queued after the end got there first: this one goes behind it.
+            return await client.task(next_id).say(text, mode="queue")
+        except RPCError as error:
+            raise refusal(error, next_id, client.namespace) from None
+        await client.record_start(data)
     return MessageReceipt(
         message_id=ids.user_message_id(next_id), mode="queue", status="started", task_id=next_id
     )

@@ -72,12 +72,14 @@ async def quota_checked(client: Client, principal: Principal | None) -> AsyncIte
         yield
 
 
-async def check_start(client: Client, principal: Principal) -> None:
+async def check_start(client: Client, principal: Principal, *, queued: bool = False) -> None:
     """``QuotaExceeded`` (with ``retry_after``) when ``principal`` may not start a task now.
-    Without ``quota_checked``'s lock, two concurrent starts may both pass at the limit."""
+    Without ``quota_checked``'s lock, two concurrent starts may both pass at the limit.
+    ``queued``: the task starts once a running one ends (a queued message), so it adds no
+    running task: only starts per hour and cost per day are checked."""
     quota = _quota(client, principal)
     if quota is not None:
-        await _check(client, principal, quota)
+        await _check(client, principal, quota, queued=queued)
 
 
 def _quota(client: Client, principal: Principal | None) -> Quota | None:
@@ -88,7 +90,9 @@ def _quota(client: Client, principal: Principal | None) -> Quota | None:
     return quota if quota.limited else None
 
 
-async def _check(client: Client, principal: Principal, quota: Quota) -> None:
+async def _check(
+    client: Client, principal: Principal, quota: Quota, *, queued: bool = False
+) -> None:
     now = datetime.now(UTC)
     who = principal.id
     starts: list[TaskStart] = []
@@ -107,7 +111,7 @@ async def _check(client: Client, principal: Principal, quota: Quota) -> None:
             quota="starts_per_hour",
             retry_after=wait,
         )
-    if (limit := quota.running_tasks) is not None:
+    if (limit := quota.running_tasks) is not None and not queued:
         running = await _running(client, who, starts, now)
         if len(running) >= limit:
             raise QuotaExceeded(
