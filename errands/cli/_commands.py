@@ -12,11 +12,12 @@ from errands.adapters.store import open_store, sqlite_path
 from errands.cli._codec import dev_codec_server, dev_keys, key_source
 from errands.cli._connection import connection_flags, connection_report, render_connection
 from errands.cli._follow import follow
-from errands.cli._output import event_line, note, print_state
+from errands.cli._output import approvals_so_far, event_line, note, print_state, who
 from errands.cli._stack import dev_server, stack, ui_url
 from errands.cli._terminal import one_line, shown
 from errands.client import Client, connect, new_session_id, task_input
 from errands.contracts.approvals import ApprovalReceipt
+from errands.contracts.events import named
 from errands.errors import InvalidRequest
 from errands.settings import load_settings, render_report
 
@@ -160,12 +161,34 @@ async def approve(args: argparse.Namespace) -> int:
             arguments_sha256=args.arguments_sha256,
         )
     if args.json:
-        print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
+        print(json.dumps({"task_id": args.task, **_receipt_view(receipt)}))
     else:
-        always = " (and its later calls in this session)" if args.always else ""
-        print(f"{one_line(args.task)}: tool call approved{always}; the task goes on")
+        print(_approved(args.task, receipt, args.always))
         print(_answered_call(receipt))
     return 0
+
+
+def _approved(task_id: str, receipt: ApprovalReceipt, always: bool) -> str:
+    """What an approval did: recorded while the call waits for another approver (policy
+    ``two``), or the call runs."""
+    task = one_line(task_id)
+    approvers = [n for p in receipt.approved_by if (n := named(p))]
+    if receipt.waiting_for:
+        needed = len(approvers) + receipt.waiting_for
+        second = "a second, different approver" if receipt.waiting_for == 1 else "more approvers"
+        return (
+            f"{task}: your approval is recorded, {approvals_so_far(approvers, needed)}; "
+            f"the call does not run yet: it waits for {second}"
+        )
+    if len(approvers) > 1:
+        return f"{task}: tool call approved by {who(approvers)}; it runs and the task goes on"
+    later = " (and its later calls in this session)" if always else ""
+    return f"{task}: tool call approved{later}; the task goes on"
+
+
+def _receipt_view(receipt: ApprovalReceipt) -> dict[str, object]:
+    """A receipt as ``--json`` prints it: principals named as events and the API name them."""
+    return {**receipt.model_dump(), "approved_by": [named(p) for p in receipt.approved_by]}
 
 
 async def deny(args: argparse.Namespace) -> int:
@@ -176,7 +199,7 @@ async def deny(args: argparse.Namespace) -> int:
             args.reason, approval_id=args.approval_id, arguments_sha256=args.arguments_sha256
         )
     if args.json:
-        print(json.dumps({"task_id": args.task, **receipt.model_dump()}))
+        print(json.dumps({"task_id": args.task, **_receipt_view(receipt)}))
     else:
         print(f"{one_line(args.task)}: tool call denied; the agent is told and goes on without it")
         print(_answered_call(receipt))

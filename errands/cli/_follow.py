@@ -73,7 +73,12 @@ class _Follower:
     def take(self, event: StoredEvent) -> None:
         data = event.data
         if event.type == "approval_requested":
-            self.approvals[data["approval_id"]] = data
+            self.approvals[data["approval_id"]] = dict(data)
+        elif event.type == "approval_recorded" and data["approval_id"] in self.approvals:
+            # Still waiting (policy two): shown again later, it says who approved so far.
+            waiting = self.approvals[data["approval_id"]]
+            waiting["approved_by"] = data["approved_by"]
+            waiting["approvals_needed"] = len(data["approved_by"]) + data["waiting_for"]
         elif event.type == "approval_answered":
             self.approvals.pop(data["approval_id"], None)
         elif event.type == "question_asked":

@@ -81,6 +81,7 @@ def approval_text(task_id: str, pending: dict[str, Any], width: int | None = Non
     width = _terminal_width() if width is None else width
     tool, where = one_line(pending["tool"]), one_line(pending["where"])
     lines = [f"{tool} ({where}) waits for your approval."]
+    lines.extend(policy_lines(pending))
     if pending.get("why"):
         lines.append("  the model's explanation (its own words, not the call):")
         lines.extend(_behind(WHY_GUTTER, pending["why"], width))
@@ -104,6 +105,48 @@ def approval_text(task_id: str, pending: dict[str, Any], width: int | None = Non
     lines.append(f"approve with: errands approve {task}{pin}{always}")
     lines.append(f"deny with:    errands deny {task}{pin} [--reason TEXT]")
     return "\n".join(lines)
+
+
+POLICY_WORDS = {
+    "ask": "ask: the task's owner or an admin approves it",
+    "always": "always: the task's owner or an admin approves it, every call",
+    "approver": "approver: it waits for an approver (or an admin); the owner alone cannot run it",
+    "two": "two: two different people must approve it (four eyes)",
+}
+"""Each approval policy in words, as the CLI says who a waiting call needs."""
+
+
+def policy_lines(pending: dict[str, Any]) -> list[str]:
+    """Who the waiting call needs (its policy in words) and, for a call that needs more than
+    one approval, how many it has and from whom. Nothing for a call recorded before policies
+    were shown (no ``policy``)."""
+    policy = pending.get("policy")
+    if not policy:
+        return []
+    lines = [f"  policy: {POLICY_WORDS.get(policy) or one_line(str(policy))}"]
+    needed = pending.get("approvals_needed") or (2 if policy == "two" else 1)
+    approved = pending.get("approved_by") or []
+    if needed > 1:
+        lines.append(f"  approvals: {approvals_so_far(approved, needed)}")
+    return lines
+
+
+def approvals_so_far(approved: list[dict[str, Any]], needed: int) -> str:
+    """``1 of 2 (alice)``: how many of the approvals a call needs it has, and whose (principal
+    ids made safe for the terminal)."""
+    names = f" ({who(approved)})" if approved else ""
+    return f"{len(approved)} of {needed}{names}"
+
+
+def who(principals: list[dict[str, Any]] | dict[str, Any] | None) -> str:
+    """The ids of principals as events name them (``{"id", "role"}``), made safe for the
+    terminal: ``alice``, ``alice and bob``; ``someone`` for nobody named."""
+    if isinstance(principals, dict):
+        principals = [principals]
+    ids = [one_line(str(p.get("id", "?"))) for p in principals or []]
+    if not ids:
+        return "someone"
+    return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
 
 
 def _behind(gutter: str, text: str, width: int | None) -> list[str]:
@@ -175,7 +218,18 @@ def _step_line(event: StoredEvent, types: dict[tuple[int, int], str]) -> str | N
     if event.type == "tool_requested":
         return f"  {_where(e['where'], types)}: {e['tool']}"
     if event.type == "tool_denied":
-        return f"  {_where(e['where'], types)}: {e['tool']} not run ({e['reason']})"
+        denied_by = f"; denied by {who(e['by'])}" if e.get("by") else ""
+        return f"  {_where(e['where'], types)}: {e['tool']} not run ({e['reason']}{denied_by})"
+    if event.type == "approval_recorded":
+        needed = len(e["approved_by"]) + e["waiting_for"]
+        more = "a second approver" if e["waiting_for"] == 1 else f"{e['waiting_for']} more"
+        return (
+            f"  {who(e['by'])} approved {e['tool']} ({len(e['approved_by'])} of {needed}); "
+            f"waiting for {more}"
+        )
+    if event.type == "approval_answered" and e.get("by") and e["decision"] != "deny":
+        if len(e.get("approved_by") or []) > 1:
+            return f"  {who(e['approved_by'])} approved {e.get('tool') or 'the call'}; it runs"
     if event.type == "tool_finished" and e.get("is_error"):
         return f"  {_where(e['where'], types)}: {e['tool']} answered with an error"
     if event.type == "model_call_started" and e.get("attempt", 1) > 1:

@@ -107,6 +107,13 @@ class ApprovalRequestBody(_Request):
         return value.lower() if isinstance(value, str) else value
 
 
+class Approver(BaseModel):
+    """A principal who approved a call, as events name one: its id and role, nothing else."""
+
+    id: str
+    role: Role
+
+
 class ApprovalAccepted(BaseModel):
     task_id: str
     approval_id: str
@@ -116,6 +123,16 @@ class ApprovalAccepted(BaseModel):
         default=None, description="The digest of the arguments of the call answered."
     )
     arguments_bytes: int | None = None
+    waiting_for: int = Field(
+        default=0,
+        description="Approvals the call still waits for: 0 when this answer settled it; 1 when "
+        "it was the first approval of a call whose policy is two (it waits for a second, "
+        "different approver).",
+    )
+    approved_by: list[Approver] = Field(
+        default_factory=list,
+        description="Who has approved the call so far (policy two: one, then both).",
+    )
 
 
 class SideQuestionRequest(_Request):
