@@ -26,7 +26,7 @@ from errands.client import TaskHandle
 from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt
 from errands.contracts.principals import Principal
 from errands.contracts.workflows import TaskResult
-from errands.errors import AnswerRejected, TaskNotFound
+from errands.errors import AnswerRejected, SessionNotFound, TaskNotFound
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import Conversation, eventually
@@ -313,3 +313,33 @@ async def test_an_answer_that_names_nobody_cannot_approve_for_an_approver(
 async def _with_error(task: TaskHandle, text: str) -> TaskResult | None:
     status = await task.status()
     return status if any(text in e for e in status.answer_errors) else None
+
+
+async def test_an_approver_sees_anothers_task_only_while_a_call_there_waits_for_approvers(
+    servers: Servers,
+    scripted: ScriptedModelServer,
+    errands_client: ErrandsClient,
+) -> None:
+    """A call the owner answers (policy ask/always) gives an approver nothing to do: the task
+    is not found for them, as a missing one; a call of policy approver lets them read and
+    follow it and answer that call, never steer, cancel or ask about it."""
+    agent = calls_once("mcp__web__write", {"name": "seen", "text": "by dave"})
+    scripted.script("gpt-tools", agent, agent)
+    owners = errands_client.as_principal(ALICE)
+    as_dave = errands_client.as_principal(DAVE)
+    task = await owners.start("Write the note.", model=MODEL)
+    pending = await waiting(task)
+    assert pending["policy"] == "approver"
+    theirs = as_dave.task(task.task_id)
+    assert (await theirs.status()).pending_approval == pending
+    assert [e.type async for e in theirs.events(follow=False)][0] == "task_started"
+    for refused in (theirs.say("hurry"), theirs.btw("what is it doing?"), theirs.cancel()):
+        with pytest.raises(TaskNotFound):
+            await refused
+    await theirs.approve(arguments_sha256=pending["arguments_sha256"])
+    assert (await task.wait(timeout=60)).status == "replied"
+    with pytest.raises(TaskNotFound) as after:
+        await theirs.status()
+    assert f"no task {task.task_id!r}" in str(after.value), "nothing waits for them any more"
+    with pytest.raises(SessionNotFound):
+        await as_dave.history(task.session_id or "")

@@ -7,8 +7,9 @@ operator's boundary, the gateway the users'), and is checked against nothing.
 
 - an admin may do everything, on everyone's tasks and sessions;
 - the owner of a task or a session may do everything on it;
-- an approver may also read and follow anyone's task and answer its tool approvals (whether
-  their answer counts is the task's to say, by the tool's policy: ``workflows._approvals``);
+- an approver may also read and follow anyone's task while a call there waits for approvers (a
+  tool whose policy is ``approver`` or ``two``), and answer that call (whether their answer
+  counts is the task's to say, by the tool's policy: ``workflows._approvals``);
 - anyone else is told the task or session does not exist: exactly the refusal a missing one
   gets, so an id reveals nothing of whether it is in use.
 
@@ -29,7 +30,10 @@ Action = Literal["read", "follow", "answer", "approve", "steer", "cancel", "ask"
 ``ask``: side questions; ``start``: a task in a session."""
 
 APPROVER_ACTIONS: frozenset[Action] = frozenset({"read", "follow", "approve"})
-"""What an approver may do on a task that is not theirs."""
+"""What an approver may do on a task that is not theirs, while a call there waits for
+approvers (``TaskCalls._describe`` asks the task)."""
+APPROVERS_ANSWER = frozenset({"approver", "two"})
+"""The policies (``errands.contracts.approvals.ApprovalPolicy``) of calls approvers answer."""
 
 
 def may(principal: Principal | None, owner: str | None, action: Action) -> bool:

@@ -22,7 +22,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from errands.client._access import Action, check_task
+from errands.client._access import APPROVERS_ANSWER, Action, check_task, no_task
 from errands.client._refusals import ending, innermost, no_worker, polled, refusal
 from errands.client._sessions import session_of
 from errands.contracts.search import OWNER
@@ -124,13 +124,26 @@ class TaskCalls:
         except RPCError as error:
             raise refusal(error, self.task_id, self._client.namespace) from None
         owner = description.typed_search_attributes.get(OWNER)
-        check_task(self._client.acting, self.task_id, self._client.namespace, owner, action)
+        acting, namespace = self._client.acting, self._client.namespace
+        check_task(acting, self.task_id, namespace, owner, action)
+        if acting is not None and not acting.is_admin and owner != acting.id:
+            # An approver, on another's task: only while a call there waits for approvers.
+            if not await self._waits_for_approvers(description):
+                raise no_task(self.task_id, namespace)
         if description.workflow_type != TASK_WORKFLOW:
             raise TaskNotFound(
                 f"{self.task_id!r} is a {description.workflow_type}, not a task; give a task id "
                 "(task-…) as returned when the task was started"
             )
         return description
+
+    async def _waits_for_approvers(self, description: WorkflowExecutionDescription) -> bool:
+        """Whether the task runs and the call it shows waiting has a policy that lets approvers
+        answer (``approver``, ``two``)."""
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return False
+        pending = await self._query(description, "pending_approval")
+        return bool(pending) and pending.get("policy") in APPROVERS_ANSWER
 
     async def _running(self, consequence: str, action: Action) -> WorkflowExecutionDescription:
         description = await self._describe(action)
