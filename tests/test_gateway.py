@@ -594,15 +594,27 @@ async def test_a_configured_token_is_required_on_every_api_call(
             assert missing.status_code == 401, (path, missing.text)
             assert "Authorization: Bearer" in missing.json()["detail"]
             assert missing.headers["www-authenticate"].startswith("Bearer")
+        # Four wrong tokens, the right one between them: a right token forgives nothing, or a
+        # holder of a valid key could guess on at full speed. The fifth wrong one is slowed.
+        for method, path, body in [
+            ("GET", "/v1/tasks/task-x-1", None),
+            ("POST", "/v1/tasks/task-x-1/answer", {"answers": {}}),
+            ("POST", "/v1/tasks/task-x-1/cancel", None),
+            ("GET", "/v1/tasks", None),
+        ]:
             wrong = await h.request(
                 method, path, json=body, headers={"Authorization": "Bearer nope"}
             )
             assert wrong.status_code == 401 and "wrong" in wrong.json()["detail"]
-            # The right token clears the wrong ones (five in a row are slowed: 429).
-            await h.get("/v1/info", headers={"Authorization": "Bearer s3cret-token"})
+            right = await h.get("/v1/info", headers={"Authorization": "Bearer s3cret-token"})
+            assert right.status_code == 200
         assert store.list_session(session) == []
         right = await h.get("/v1/tasks/task-x-1", headers={"Authorization": "Bearer s3cret-token"})
         assert right.status_code == 404
+        fifth = await h.get("/v1/info", headers={"Authorization": "Bearer nope"})
+        assert fifth.status_code == 401
+        slowed = await h.get("/v1/info", headers={"Authorization": "Bearer s3cret-token"})
+        assert slowed.status_code == 429 and "retry-after" in slowed.headers
         assert (await h.get("/")).status_code == 200, "the page itself holds no data"
         assert (await h.get("/openapi.json")).status_code == 200
 

@@ -11,6 +11,7 @@ off, and the other gateway tests run without a token against the suite's shared 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -393,6 +394,33 @@ async def test_a_revoked_key_is_refused_on_the_very_next_request(
     assert "revoked" in refused.json()["detail"]
     assert refused.headers["www-authenticate"] == 'Bearer error="invalid_token"'
     assert token not in refused.text and token.split(".")[1] not in refused.text
+
+
+async def test_an_open_event_stream_ends_when_its_key_is_revoked(
+    stack: Stack, http: httpx.AsyncClient, scripted: ScriptedModelServer
+) -> None:
+    """A stream authenticated once would outlive its key: it asks again every few seconds and
+    ends with an ``unauthorized`` event giving the reason; reconnecting is a 401."""
+    stack.add("streamer")
+    headers = stack.as_("streamer")
+    scripted.script(MODEL, ask(DATABASE))
+    task_id = await start(http, headers, session_id(), "Which database?")
+    await until_state(http, headers, task_id, "waiting_for_user")
+    frames: list[str] = []
+    async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as stream:
+        lines = stream.aiter_lines()
+        async for line in lines:
+            frames.append(line)
+            if line == "event: question_asked":
+                break
+        stack.store.revoke_principal(stack.names["streamer"], datetime.now(UTC))
+        async with asyncio.timeout(30):
+            frames.extend([line async for line in lines])
+    assert "event: unauthorized" in frames, frames[-5:]
+    assert any("revoked" in f for f in frames if f.startswith("data:"))
+    again = await http.get(f"/v1/tasks/{task_id}/events", headers=headers)
+    assert again.status_code == 401
+    await stack.errands.task(task_id).cancel()
 
 
 async def test_with_keys_in_the_store_a_request_without_a_token_is_refused(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
@@ -55,6 +55,8 @@ from errands.gateway._models import (
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
+RECHECK_SECONDS = 5.0
+"""How often an open event stream asks its credential again (a revoked key ends it)."""
 
 SessionId = Annotated[
     str,
@@ -287,8 +289,10 @@ def create_app(
         "after it. Reading adds nothing to the task's history.",
     )
     async def events(
+        request: Request,
         task_id: TaskId,
         client: Acting,
+        principal: Caller,
         last_event_id: Annotated[str | None, Header(max_length=20)] = None,
         after: Annotated[
             int | None, Query(ge=0, le=SEQ_MAX, description="Events with a larger seq.")
@@ -300,7 +304,7 @@ def create_app(
         if seen and not described.running and not await handle.events_after(seen, limit=1):
             return Response(status_code=204)  # ended and all read: an EventSource stops
         return StreamingResponse(
-            _log(handle, seen),
+            _log(handle, seen, lambda: guard.still(request, principal)),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -329,21 +333,38 @@ def _resume_point(last_event_id: str | None, after: int | None) -> int:
     return seq
 
 
-async def _log(handle: TaskHandle, after: int) -> AsyncIterator[str]:
+async def _log(
+    handle: TaskHandle, after: int, still: Callable[[], Awaitable[str | None]]
+) -> AsyncIterator[str]:
+    """The task's events as server-sent events, keeping idle proxies awake. Every
+    ``RECHECK_SECONDS`` the request's credential is asked again (``still``: why it no longer
+    acts as its principal): a revoked key or an expired token ends the stream with an
+    ``unauthorized`` event giving the reason, and a reconnection is refused with 401."""
     yield "retry: 2000\n\n"
     reading = handle.events(after=after, follow=True)
     nxt: asyncio.Future[StoredEvent] = asyncio.ensure_future(anext(reading))
+    clock = asyncio.get_running_loop().time
+    checked = written = clock()
     try:
         while True:
-            done, _ = await asyncio.wait({nxt}, timeout=KEEPALIVE_SECONDS)
+            done, _ = await asyncio.wait({nxt}, timeout=RECHECK_SECONDS)
+            if clock() - checked >= RECHECK_SECONDS:
+                checked = clock()
+                if (reason := await still()) is not None:
+                    data = json.dumps({"detail": reason}, separators=(",", ":"))
+                    yield f"event: unauthorized\ndata: {data}\n\n"
+                    return
             if not done:
-                yield ": keep-alive\n\n"  # keeps proxies from closing an idle stream
+                if clock() - written >= KEEPALIVE_SECONDS:
+                    written = clock()
+                    yield ": keep-alive\n\n"  # keeps proxies from closing an idle stream
                 continue
             try:
                 event = nxt.result()
             except StopAsyncIteration:
                 return
             data = json.dumps(event.public(), separators=(",", ":"))
+            written = clock()
             yield f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n"
             nxt = asyncio.ensure_future(anext(reading))
     finally:

@@ -36,8 +36,9 @@ class Throttle:
     ``WINDOW`` seconds, that client is refused (429, ``Retry-After``) for ``FIRST_WAIT``
     seconds, and for twice as long after each further wrong token (at most ``LONGEST_WAIT``),
     whatever it sends meanwhile, the right token included: were a right token let through, a
-    refusal would say "wrong" and guessing would go on at full speed. A right token, or a quiet
-    ``WINDOW`` after the last wait, clears its record.
+    refusal would say "wrong" and guessing would go on at full speed. Only a quiet ``WINDOW``
+    after the last wrong token or wait clears its record: a right token does not (a holder of
+    one valid key could otherwise mix it among guesses).
 
     A client is the address it connects from, or, from a proxy ERRANDS_FORWARDED_ALLOW_IPS
     names, the address its ``X-Forwarded-For`` gives (uvicorn sets ``request.client`` so): else
@@ -71,9 +72,6 @@ class Throttle:
         self._clients[client] = (failures, now, until)  # last in order: the freshest
         while len(self._clients) > self.KEPT:
             del self._clients[next(iter(self._clients))]
-
-    def succeeded(self, client: str) -> None:
-        self._clients.pop(client, None)
 
 
 def _client_of(request: Request) -> str:
@@ -114,9 +112,20 @@ class PrincipalGuard:
             if header:
                 self._throttle.failed(client)
             raise
-        if header:
-            self._throttle.succeeded(client)
         return principal
+
+    async def still(self, request: Request, principal: Principal) -> str | None:
+        """Why ``request`` no longer acts as ``principal`` (its key revoked, its JWT expired),
+        or None while it does: what a long-lived request (an event stream) asks again as it
+        goes."""
+        header = request.headers.get("authorization")
+        try:
+            again = await self.authenticator.authenticate(header, loopback_only=self._loopback_only)
+        except Unauthorized as refused:
+            return refused.message
+        if again != principal:
+            return "the credential now stands for someone else; sign in again"
+        return None
 
 
 class BearerGuard:
@@ -159,7 +168,6 @@ class BearerGuard:
                 f"of ERRANDS_API_TOKEN the {self._guarding} was started with",
                 challenge='Bearer error="invalid_token"',
             )
-        self._throttle.succeeded(client)
 
 
 def _digest(token: str) -> bytes:

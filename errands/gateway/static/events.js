@@ -1,7 +1,8 @@
 // Reading a task's event log (GET /v1/tasks/{id}/events) and listing it on the page; what each
 // event changes is the caller's (rounds.js).
 // Server-sent events read with fetch, so the bearer token travels in a header (an EventSource
-// cannot send one); a 401 brings the sign-in prompt back. A dropped connection resumes after
+// cannot send one); a 401, or an `unauthorized` event on an open stream (the gateway asks the
+// token again as the stream goes), brings the sign-in prompt back. A dropped connection resumes after
 // the last seq applied (Last-Event-ID); a repeated seq is dropped, so no event is lost or shown
 // twice.
 
@@ -99,6 +100,12 @@ function onFrame(watch, frame, on) {
   try {
     event = JSON.parse(frame.data.join("\n"));
   } catch (error) {
+    return;
+  }
+  if (frame.event === "unauthorized") {
+    // The stream's credential stopped working (a revoked key, an expired token): sign in again.
+    watch.abort.abort();
+    auth.refused(event.detail || "the token stopped working; sign in again");
     return;
   }
   const seq = Number(event.seq ?? frame.id);
