@@ -22,7 +22,7 @@ import pytest
 
 from errands.adapters.identity import looks_like_key, mint, verify_key
 from errands.adapters.store import SessionStore, open_store
-from errands.contracts.principals import Principal
+from errands.contracts.principals import ADMIN_TOKEN_ID, LOCAL_ID, OPERATOR_ID, Principal
 from errands.errors import InvalidRequest, Unauthorized
 from tests.conftest import ROOT, CliResult, run_cli
 from tests.test_cli_usage import a_clean_refusal
@@ -127,6 +127,33 @@ def test_a_name_that_cannot_be_a_principal_or_an_unknown_role_is_refused(
 ) -> None:
     with pytest.raises(InvalidRequest, match=named):
         mint(name, role, NOW)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    ("name", "whom"),
+    [
+        (ADMIN_TOKEN_ID, "the admin token (ERRANDS_API_TOKEN)"),
+        (LOCAL_ID, "the one user of a gateway on loopback"),
+        (OPERATOR_ID, "the operator at the CLI"),
+    ],
+)
+def test_a_reserved_principal_id_cannot_name_a_key(name: str, whom: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        mint(name, "admin", NOW)
+    assert str(refused.value).startswith(f"{name!r} is reserved for {whom}")
+    assert str(refused.value).endswith("; choose another name")
+    assert mint(f"{name}2", "admin", NOW)[1].name == f"{name}2"  # only the id itself
+
+
+@pytest.mark.fast
+def test_a_name_shaped_like_a_key_id_is_refused_so_revoke_is_never_ambiguous() -> None:
+    key_id = mint("alice", "user", NOW)[1].key_id
+    for name in (key_id, "ek_0123abcd", "ek_ffffffff"):
+        with pytest.raises(InvalidRequest, match="has the shape of a key id"):
+            mint(name, "user", NOW)
+    for name in ("ek_0123abc", "ek_0123abcde", "ek_0123abcg", "EK_0123ABCD", "ek-0123abcd"):
+        assert mint(name, "user", NOW)[1].name == name
 
 
 @pytest.mark.fast
@@ -292,8 +319,13 @@ async def test_revoke_that_matches_nothing_live_is_one_line_and_exit_2(keys: Key
 
 @pytest.mark.parametrize(
     ("args", "named"),
-    [(["a b"], "cannot name a principal"), (["frank", "--role", "boss"], "is not a role")],
-    ids=["bad-name", "bad-role"],
+    [
+        (["a b"], "cannot name a principal"),
+        (["frank", "--role", "boss"], "is not a role"),
+        (["admin", "--role", "admin"], "'admin' is reserved for the admin token"),
+        (["ek_0123abcd"], "has the shape of a key id"),
+    ],
+    ids=["bad-name", "bad-role", "reserved-name", "key-id-name"],
 )
 async def test_a_bad_name_or_role_is_one_line_exit_2_and_stores_nothing(
     keys: Keys, args: list[str], named: str

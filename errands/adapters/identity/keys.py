@@ -17,7 +17,15 @@ import secrets
 from datetime import UTC, datetime
 
 from errands.adapters.store import PrincipalRecord, SessionStore
-from errands.contracts.principals import ROLES, Principal, Role, principal_id
+from errands.contracts.principals import (
+    ADMIN_TOKEN_ID,
+    LOCAL_ID,
+    OPERATOR_ID,
+    ROLES,
+    Principal,
+    Role,
+    principal_id,
+)
 from errands.errors import InvalidRequest, Unauthorized
 
 KEY_PREFIX = "ek_"
@@ -25,16 +33,39 @@ KEY_ID_PATTERN = r"ek_[0-9a-f]{8}"
 _TOKEN = re.compile(rf"({KEY_ID_PATTERN})\.[A-Za-z0-9_-]{{16,200}}")
 _NO_DIGEST = "0" * 64
 """Compared against when no key has the id, so an unknown id costs what a wrong secret does."""
+RESERVED_IDS = {
+    ADMIN_TOKEN_ID: "the admin token (ERRANDS_API_TOKEN)",
+    LOCAL_ID: "the one user of a gateway on loopback with no auth",
+    OPERATOR_ID: "the operator at the CLI",
+}
+"""The principal ids errands gives itself, with whom each is for: no API key and no OIDC
+token may name one, or its holder would own what the admin, the loopback user or the CLI
+started."""
+
+
+def reserved_for(name: str) -> str | None:
+    """Whom principal id ``name`` is reserved for, or None when anyone may have it."""
+    return RESERVED_IDS.get(name)
 
 
 def mint(name: str, role: Role, now: datetime) -> tuple[str, PrincipalRecord]:
     """A new API key for principal ``name``: the token (shown once, never stored) and the
     record the store keeps (its key id and the token's SHA-256). ``InvalidRequest`` for a name
-    that cannot be a principal id or a role that is not one of ``ROLES``."""
+    that cannot be a principal id, is reserved (``RESERVED_IDS``) or has a key id's shape (so
+    ``errands principals revoke NAME|KEY_ID`` always knows which was meant), or a role that is
+    not one of ``ROLES``."""
     try:
         principal_id(name)
     except ValueError as error:
         raise InvalidRequest(str(error), field="name") from None
+    if (whom := reserved_for(name)) is not None:
+        raise InvalidRequest(f"{name!r} is reserved for {whom}; choose another name", field="name")
+    if re.fullmatch(KEY_ID_PATTERN, name):
+        raise InvalidRequest(
+            f"{name!r} has the shape of a key id (ek_ and 8 hex digits), which `errands "
+            "principals revoke` also takes; choose another name",
+            field="name",
+        )
     if role not in ROLES:
         raise InvalidRequest(
             f"{str(role)[:40]!r} is not a role: use one of {', '.join(ROLES)}", field="role"
