@@ -87,6 +87,18 @@ def check_http_url(value: str | None) -> str | None:
     return value
 
 
+def check_https_url(value: str | None) -> str | None:
+    # Imported here: the verifier imports PyJWT and aiohttp, which only a set URL should cost.
+    from errands.adapters.identity.oidc import secure_url
+
+    if value is not None and not secure_url(value):
+        raise ValueError(
+            "give an https:// URL, e.g. https://login.example.com (http:// only to a loopback "
+            "host: 127.0.0.1, [::1] or localhost)"
+        )
+    return value
+
+
 def check_subtask_types(value: str | None) -> str | None:
     for path in filter(None, (p.strip() for p in (value or "").split(","))):
         module, _, attribute = path.partition(":")

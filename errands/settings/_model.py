@@ -31,6 +31,7 @@ from errands.settings._checks import (
     check_encryption_keys,
     check_host_port,
     check_http_url,
+    check_https_url,
     check_ip_port,
     check_log_level,
     check_mcp_servers,
@@ -372,7 +373,7 @@ class Settings(BaseSettings):
         return self
 
     _api_token = field_validator("api_token")(check_api_token)
-    _oidc_urls = field_validator("oidc_issuer", "oidc_jwks_url")(check_http_url)
+    _oidc_urls = field_validator("oidc_issuer", "oidc_jwks_url")(check_https_url)
     _quotas = field_validator("quotas")(check_quotas)
 
     @model_validator(mode="after")

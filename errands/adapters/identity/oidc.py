@@ -9,20 +9,34 @@ its own at the first that fails:
 2. the key: the one whose ``kid`` the header names, from the issuer's key set (its discovery
    document's ``jwks_uri``, or ``ERRANDS_OIDC_JWKS_URL``). Its ``kty`` (and curve, and ``alg``
    when it has one) must fit the token's ``alg``; symmetric (``oct``) keys are never used;
-3. the signature, then ``iss`` (the configured issuer), ``aud`` (contains the audience),
-   ``exp`` (required, not passed), ``nbf`` and ``iat`` (not in the future), with 60 s leeway;
-4. the principal claim (``sub``, or ``ERRANDS_OIDC_PRINCIPAL_CLAIM``): present and a usable
-   principal id; the role claim: ``user``, ``approver`` or ``admin``, or a list of them (the
-   highest counts), absent means ``user``. A role errands does not know is refused rather than
-   read as ``user``: a typo in the issuer's mapping should be seen at once, not grant a lesser
-   role quietly, and a future role must not pass for an old one.
+3. the signature, then ``aud`` (contains the audience), ``exp`` (required, not passed), ``nbf``
+   and ``iat`` (not in the future), with 60 s leeway, and ``iss``: the configured issuer, one
+   trailing ``/`` aside. ``https://login.example.com/`` and ``https://login.example.com`` are
+   the same issuer, in the token's ``iss``, in ``ERRANDS_OIDC_ISSUER`` and in the discovery
+   document's ``issuer`` alike (issuers differ on the slash; nothing else is forgiven);
+4. the principal claim (``sub``, or ``ERRANDS_OIDC_PRINCIPAL_CLAIM``): present, a usable
+   principal id, and none of the ids errands reserves (``admin``, ``local``, ``operator``: the
+   admin token's, the loopback user's and the CLI's), which a token must not pass for; the role
+   claim: ``user``, ``approver`` or ``admin``, or a list of them (the highest counts), absent
+   means ``user``. A role errands does not know is refused rather than read as ``user``: a typo
+   in the issuer's mapping should be seen at once, not grant a lesser role quietly, and a
+   future role must not pass for an old one.
+
+Keys come over ``https://`` only: the issuer, ``ERRANDS_OIDC_JWKS_URL`` and the discovery
+document's ``jwks_uri`` may be ``http://`` only on loopback (127.0.0.0/8, ``::1``,
+``localhost``), where nobody between errands and the issuer could swap the keys. A discovery
+document naming a plain-http ``jwks_uri`` elsewhere is a ``ConfigError``, and it is not fetched;
+a redirect to such a URL is refused (``Unavailable``) before it is followed. A discovery
+document or key set over 1 MiB is refused (``Unavailable``); at most the first 100 signing keys
+of a set are used, so a token that names no ``kid`` costs at most 100 signature checks.
 
 The key set is fetched once and cached. A token naming a ``kid`` the cache lacks (the issuer
 rotated its keys) fetches it again, at most once per ``refresh_interval`` (30 s), so a flood of
 made-up key ids cannot make errands hammer the issuer; concurrent callers share one fetch. The
 cache is also fetched again when older than ``max_age``; if that fetch fails, the keys held are
 kept. An issuer that cannot be reached while no key is held is ``Unavailable`` (503), naming the
-URL, never a token.
+URL, never a token; that failure is the answer for ``refresh_interval`` (every JWT meanwhile gets
+it without a fetch), so a flood of tokens cannot make errands hammer an issuer that is down.
 
 No message or log line here carries the token or any part of it (not a claim value, not a key
 id): the reason names the check, the configured issuer and the claim names.
@@ -33,15 +47,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import ipaddress
 import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import jwt
 
+from errands.adapters.identity.keys import reserved_for
 from errands.contracts.principals import ROLES, Principal, Role, principal_id
 from errands.errors import ConfigError, Unauthorized, Unavailable
 
@@ -65,6 +82,40 @@ LEEWAY_SECONDS = 60
 FETCH_TIMEOUT_SECONDS = 5.0
 MAX_TOKEN_CHARS = 16_384
 """Longer is no token an issuer hands out; refused before anything is decoded."""
+MAX_DOCUMENT_BYTES = 1 << 20
+"""The most of a discovery document or key set read (1 MiB); a larger one is refused."""
+MAX_KEYS = 100
+"""The most signing keys of a key set used (the first ones); issuers publish a handful."""
+MAX_REDIRECTS = 3
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+def secure_url(url: str) -> bool:
+    """Whether keys may be fetched from ``url``: ``https://`` with a host, or ``http://`` to a
+    loopback host (127.0.0.0/8, ``::1``, ``localhost``), which no other machine can answer."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        return False
+    if not host or any(c.isspace() for c in url):
+        return False
+    if parts.scheme == "https":
+        return True
+    if parts.scheme != "http":
+        return False
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def same_issuer(named: str, issuer: str) -> bool:
+    """Whether ``named`` is ``issuer``, one trailing ``/`` on either aside."""
+    return named.removesuffix("/") == issuer.removesuffix("/")
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -121,6 +172,13 @@ class OidcVerifier:
         refresh_interval: float = 30.0,
         max_age: float = 3600.0,
     ) -> None:
+        for url, setting in ((issuer, "ERRANDS_OIDC_ISSUER"), (jwks_url, "ERRANDS_OIDC_JWKS_URL")):
+            if url is not None and not secure_url(url):
+                raise ConfigError(
+                    f"{setting} must be an https:// URL (http:// only on loopback), so nobody "
+                    "between errands and the issuer can swap its keys",
+                    setting=setting,
+                )
         self.issuer = issuer
         self.audience = audience
         self.jwks_url = jwks_url
@@ -132,6 +190,7 @@ class OidcVerifier:
         self._discovered: str | None = None
         self._attempts = 0
         self._last_error: Unavailable | ConfigError | None = None
+        self._failed_at: float | None = None
         self._last_refresh: float | None = None
         self._lock = asyncio.Lock()
 
@@ -198,6 +257,9 @@ class OidcVerifier:
                     await self._fetch_shared(stale_ok=True)
             assert self._keys is not None
             return self._keys.keys
+        failed, error = self._failed_at, self._last_error
+        if failed is not None and error is not None and now - failed < self.refresh_interval:
+            raise error.with_traceback(None)  # the last failure answers until the interval ends
         await self._fetch_shared(stale_ok=False)
         assert self._keys is not None
         return self._keys.keys
@@ -213,6 +275,7 @@ class OidcVerifier:
                     self._last_error = None
                 except (Unavailable, ConfigError) as error:
                     self._last_error = error
+                    self._failed_at = time.monotonic()
                     if self._keys is not None:  # kept, and tried again in refresh_interval
                         retry_at = time.monotonic() - self.max_age + self.refresh_interval
                         self._keys = _KeySet(self._keys.keys, retry_at)
@@ -222,17 +285,17 @@ class OidcVerifier:
                 if stale_ok and self._keys is not None:
                     logger.warning("%s; keeping the keys fetched before", self._last_error)
                     return
-                raise self._last_error
+                raise self._last_error.with_traceback(None)
 
     async def _fetch(self) -> tuple[dict[str, Any], ...]:
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             url = self.jwks_url or self._discovered
             if url is None:
-                discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+                discovery = f"{self.issuer.removesuffix('/')}/.well-known/openid-configuration"
                 document = await self._get_json(http, discovery, "discovery document")
                 named = str(document.get("issuer", ""))[:200]
-                if named.rstrip("/") != self.issuer.rstrip("/"):
+                if not same_issuer(named, self.issuer):
                     raise ConfigError(
                         f"the discovery document at {discovery} names the issuer {named!r}, not "
                         f"{self.issuer}: set ERRANDS_OIDC_ISSUER to the issuer as it names itself",
@@ -244,15 +307,31 @@ class OidcVerifier:
                         f"the discovery document at {discovery} has no jwks_uri: set "
                         "ERRANDS_OIDC_JWKS_URL to where the issuer's keys are"
                     )
+                if not secure_url(url):
+                    raise ConfigError(
+                        f"OIDC issuer {self.issuer}: its discovery document names a jwks_uri that "
+                        "is not https://, so its keys are not fetched; serve them over https, or "
+                        "set ERRANDS_OIDC_JWKS_URL to an https:// URL of them",
+                        setting="ERRANDS_OIDC_ISSUER",
+                    )
                 self._discovered = url
             keys = (await self._get_json(http, url, "key set")).get("keys")
         if not isinstance(keys, list):
             raise Unavailable(f"the key set at {url} has no keys list: check ERRANDS_OIDC_JWKS_URL")
-        usable = tuple(
+        signing = [
             key
             for key in keys
             if isinstance(key, dict) and key.get("use", "sig") == "sig" and key.get("kty") != "oct"
-        )
+        ]
+        if len(signing) > MAX_KEYS:
+            logger.warning(
+                "the key set of OIDC issuer %s at %s has %d signing keys; using the first %d",
+                self.issuer,
+                url,
+                len(signing),
+                MAX_KEYS,
+            )
+        usable = tuple(signing[:MAX_KEYS])
         logger.info(
             "fetched %d signing keys of OIDC issuer %s from %s", len(usable), self.issuer, url
         )
@@ -260,13 +339,8 @@ class OidcVerifier:
 
     async def _get_json(self, http: aiohttp.ClientSession, url: str, what: str) -> dict[str, Any]:
         try:
-            async with http.get(url, headers={"Accept": "application/json"}) as response:
-                if response.status != 200:
-                    raise Unavailable(
-                        f"OIDC issuer {self.issuer}: its {what} at {url} answered HTTP "
-                        f"{response.status}; check the issuer and retry later"
-                    )
-                body = await response.json(content_type=None)
+            read = await self._read(http, url, what)
+            body = json.loads(read)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             raise Unavailable(
                 f"OIDC issuer {self.issuer}: its {what} at {url} could not be read "
@@ -277,6 +351,41 @@ class OidcVerifier:
                 f"OIDC issuer {self.issuer}: its {what} at {url} is not a JSON object"
             )
         return body
+
+    async def _read(self, http: aiohttp.ClientSession, url: str, what: str) -> bytes:
+        """The body at ``url``, at most ``MAX_DOCUMENT_BYTES`` of it. Redirects are followed
+        here, not by aiohttp, so one to a plain-http URL (not loopback) is refused before it
+        is fetched: an https key set must not come from somewhere else over http."""
+        target = url
+        for _ in range(MAX_REDIRECTS + 1):
+            async with http.get(
+                target, headers={"Accept": "application/json"}, allow_redirects=False
+            ) as response:
+                if response.status in REDIRECTS:
+                    target = urljoin(target, response.headers.get("Location", ""))
+                    if not secure_url(target):
+                        raise Unavailable(
+                            f"OIDC issuer {self.issuer}: its {what} at {url} redirects to a URL "
+                            "that is not https://, which is not fetched; serve it over https"
+                        )
+                    continue
+                if response.status != 200:
+                    raise Unavailable(
+                        f"OIDC issuer {self.issuer}: its {what} at {url} answered HTTP "
+                        f"{response.status}; check the issuer and retry later"
+                    )
+                if (response.content_length or 0) > MAX_DOCUMENT_BYTES:
+                    raise _too_large(self.issuer, what, url)
+                read = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    read += chunk
+                    if len(read) > MAX_DOCUMENT_BYTES:
+                        raise _too_large(self.issuer, what, url)
+                return bytes(read)
+        raise Unavailable(
+            f"OIDC issuer {self.issuer}: its {what} at {url} redirects more than "
+            f"{MAX_REDIRECTS} times; check the URL"
+        )
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -294,15 +403,17 @@ class OidcVerifier:
                     key=key,
                     algorithms=[alg],
                     audience=self.audience,
-                    issuer=self.issuer,
                     leeway=LEEWAY_SECONDS,
                     options={"require": ["exp", "iss", "aud"]},
-                )
-                return claims
+                )  # iss is checked below: PyJWT would compare it to the byte, slash and all
             except jwt.InvalidSignatureError:
                 continue
             except jwt.PyJWTError as error:
                 raise _refused(_reason(error, self.issuer)) from None
+            named = claims["iss"]
+            if not isinstance(named, str) or not same_issuer(named, self.issuer):
+                raise _refused(_reason(jwt.InvalidIssuerError(), self.issuer))
+            return claims
         raise _refused(failure)
 
     def _principal_id(self, claims: dict[str, Any]) -> str:
@@ -312,12 +423,18 @@ class OidcVerifier:
         try:
             if not isinstance(value, str):
                 raise ValueError
-            return principal_id(value)
+            found = principal_id(value)
         except ValueError:
             raise _refused(
                 f"the {self.principal_claim} claim cannot name a principal (1 to 200 printable "
                 "characters, no blank, quote or backslash)"
             ) from None
+        if reserved_for(found) is not None:
+            raise _refused(
+                f"the {self.principal_claim} claim names a principal id errands reserves (admin, "
+                "local and operator are the admin token's, the loopback user's and the CLI's)"
+            )
+        return found
 
     def _role(self, claims: dict[str, Any]) -> Role:
         value = claims.get(self.role_claim)
@@ -330,6 +447,13 @@ class OidcVerifier:
                 f"{', '.join(ROLES)} or a list of them"
             )
         return max(values, key=ROLES.index, default="user")
+
+
+def _too_large(issuer: str, what: str, url: str) -> Unavailable:
+    return Unavailable(
+        f"OIDC issuer {issuer}: its {what} at {url} is larger than "
+        f"{MAX_DOCUMENT_BYTES // (1 << 20)} MiB; check the URL"
+    )
 
 
 def _fits(jwk: dict[str, Any], alg: str) -> bool:
