@@ -97,20 +97,21 @@ Acting = Annotated[Client, Depends(_acting)]
 
 
 def create_app(
-    client: Client,
+    base: Client,
     *,
     token: str | None,
     authenticator: Authenticator | None = None,
     loopback_only: bool = True,
 ) -> FastAPI:
-    """The gateway. Every API call acts as the principal its ``Authorization: Bearer`` header
-    names (``authenticator``; default: API keys in ``client``'s store, ERRANDS_OIDC_* of its
+    """The gateway around ``base``, which no route uses as it is: every API call works through a
+    view of it acting as the principal its ``Authorization: Bearer`` header names
+    (``authenticator``; default: API keys in ``base``'s store, ERRANDS_OIDC_* of its
     settings, and ``token`` as ERRANDS_API_TOKEN); the page and the OpenAPI document stay
     public, they hold no data. ``loopback_only``: the gateway is reachable from this machine
     alone, so with no auth configured its one user is ``LOCAL``."""
     if authenticator is None:
         # The store is opened on the first request, not here: a gateway is built before it runs.
-        authenticator = Authenticator.from_settings(client.settings, client.store, token=token)
+        authenticator = Authenticator.from_settings(base.settings, base.store, token=token)
     guard = PrincipalGuard(authenticator, loopback_only=loopback_only)
     app = FastAPI(
         title="errands gateway",
@@ -120,9 +121,9 @@ def create_app(
         redoc_url=None,
         redirect_slashes=False,  # `/v1/tasks/` is no task: a 404, not a redirect to the list
     )
-    app.state.client, app.state.guard = client, guard
+    app.state.client, app.state.guard = base, guard
     install_handlers(app)
-    app.add_middleware(BrowserGuard, allowed_hosts=client.settings.allowed_hosts)
+    app.add_middleware(BrowserGuard, allowed_hosts=base.settings.allowed_hosts)
     # Every API call acts as someone: the bearer scheme is declared in the OpenAPI document, and
     # a request is refused (with a Problem) before any route unless its principal is resolved.
     api = APIRouter(
@@ -258,7 +259,7 @@ def create_app(
         response_model=GatewayInfo,
         summary="Where tasks run: the namespace, and the Temporal UI to link them to",
     )
-    async def info() -> GatewayInfo:
+    async def info(client: Acting) -> GatewayInfo:
         return GatewayInfo(namespace=client.namespace, temporal_ui=client.settings.temporal_ui())
 
     @api.get(
