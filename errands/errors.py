@@ -13,8 +13,11 @@
     ├── Refused                   the caller's request: fix it and send it again
     │   ├── InvalidRequest        malformed input: blank text, a bad id, an unknown model
     │   │   └── AnswerRejected    an answer that does not fit the pending question
-    │   ├── Unauthorized          no or a wrong API token
-    │   ├── TaskNotFound          no task with that id
+    │   ├── Unauthorized          no credential, or one refused (the reason says why)
+    │   ├── NotFound              nothing the caller may see has that id (missing, or another's)
+    │   │   ├── TaskNotFound      no such task for the caller
+    │   │   └── SessionNotFound   no such session for the caller
+    │   ├── QuotaExceeded         over a quota of the caller's: ``retry_after`` seconds
     │   └── Conflict              the task's state does not allow it (nothing pending, busy…)
     │       └── TaskEnded         the task has ended, so it cannot take the request
     ├── ModelMistake              a model's tool call is wrong; handed back to the model to repair

@@ -46,9 +46,6 @@ class Quota(BaseModel):
         return any(v is not None for v in self.model_dump().values())
 
 
-NO_QUOTA = Quota()
-
-
 def parse_quotas(raw: str | None) -> dict[str, Quota]:
     """``ERRANDS_QUOTAS`` by key, or ``ValueError`` saying what is wrong and what it takes."""
     if raw is None or not raw.strip():

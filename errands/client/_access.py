@@ -57,7 +57,8 @@ def no_task(task_id: str, namespace: str) -> TaskNotFound:
 def no_session(session_id: str) -> SessionNotFound:
     """The refusal of a session that does not exist, or is not the caller's to see."""
     return SessionNotFound(
-        f"no session {session_id!r}; check the session id, or start a task to begin a new session"
+        f"no session {session_id!r} of yours; check the session id (a new session needs an id "
+        "of its own)"
     )
 
 

@@ -6,7 +6,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio.client import (
     WorkflowExecutionStatus,
@@ -41,9 +41,6 @@ from errands.errors import (
     SideQuestionFailed,
     TaskEnded,
 )
-
-if TYPE_CHECKING:
-    pass
 
 SIDE_QUESTION_WORKFLOW = "SideQuestionWorkflow"
 

@@ -62,7 +62,7 @@ class Authenticator:
     ) -> None:
         self._source = store if callable(store) else None
         self._store = None if callable(store) else store
-        self._token = _digest(token) if token else None
+        self._token = token_digest(token) if token else None
         self._verifier = verifier
         self._issuer = issuer
         self._keys: bool | None = None
@@ -120,7 +120,7 @@ class Authenticator:
         keys cannot be fetched."""
         bearer = _bearer(authorization)
         if bearer is not None:
-            if self._token is not None and hmac.compare_digest(_digest(bearer), self._token):
+            if self._token is not None and hmac.compare_digest(token_digest(bearer), self._token):
                 return ADMIN_TOKEN
             if looks_like_key(bearer):
                 return await self._key(bearer)
@@ -185,7 +185,7 @@ def _bearer(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def _digest(token: str) -> bytes:
+def token_digest(token: str) -> bytes:
     """Equal-length digests, compared in constant time: a response's timing says nothing about
     how much of the token, or of its length, a guess got right."""
     return hashlib.sha256(token.encode()).digest()

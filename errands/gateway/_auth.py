@@ -4,7 +4,6 @@ the codec server's single-token check."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import math
@@ -13,6 +12,7 @@ import time
 from fastapi import HTTPException, Request
 
 from errands.client import Authenticator
+from errands.client._identify import token_digest
 from errands.contracts.principals import Principal
 from errands.errors import Unauthorized
 
@@ -161,14 +161,10 @@ class BearerGuard:
             )
         # Digests of equal length, compared in constant time: a response's timing says nothing
         # about how much of the token, or of its length, a guess got right.
-        if not hmac.compare_digest(_digest(given.strip()), _digest(self._token)):
+        if not hmac.compare_digest(token_digest(given.strip()), token_digest(self._token)):
             self._throttle.failed(client)
             raise Unauthorized(
                 "the bearer token is wrong; send `Authorization: Bearer <token>` with the value "
                 f"of ERRANDS_API_TOKEN the {self._guarding} was started with",
                 challenge='Bearer error="invalid_token"',
             )
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
