@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import Browser, expect
 from temporalio.client import Client
 
 from errands.adapters.identity.keys import mint
@@ -37,6 +38,7 @@ from errands.gateway import create_app, serving
 from errands.gateway._models import ApprovalAccepted
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.browser import chromium, needs_chromium
 from tests.conftest import read_stderr_until, run_cli, running_cli
 from tests.helpers import eventually
 from tests.mcp_notes import Servers
@@ -49,6 +51,7 @@ from tests.test_four_eyes import (
 )
 from tests.test_four_eyes import errands_client as errands_client  # noqa: F401  (fixture)
 from tests.test_four_eyes import policy_worker as policy_worker  # noqa: F401  (fixture)
+from tests.test_page_principals import open_page, sign_in
 from tests.test_work_tools import MODEL
 
 SEARCH = "mcp__web__search"
@@ -183,9 +186,9 @@ async def gateway(
     client: Client, settings: Settings, tmp_path_factory: pytest.TempPathFactory, servers: Servers
 ) -> AsyncIterator[Gateway]:
     """A gateway over a store of its own holding API keys for alice (a user) and carol (an
-    approver), with a worker whose ``search`` needs two approvals."""
+    approver), with a worker whose ``search`` needs two approvals and ``write`` an approver."""
     where: Path = tmp_path_factory.mktemp("four-eyes-gateway")
-    web = {**servers.config["web"], "approval": {"search": "two"}}
+    web = {**servers.config["web"], "approval": {"search": "two", "write": "approver"}}
     own = settings.model_copy(
         update={
             "task_queue": f"four-eyes-gw-{uuid.uuid4().hex[:6]}",
@@ -258,6 +261,101 @@ async def test_the_gateways_approval_answer_says_who_approved_and_how_many_are_m
             return state if state["status"] == "replied" else None
 
         await eventually(replied, "the call run and the task replied")
+
+
+async def start_through(gateway: Gateway, who: str) -> str:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        started = await http.post(
+            f"/v1/sessions/fe-{uuid.uuid4().hex[:8]}/tasks",
+            json={"text": "Do it.", "model": MODEL},
+            headers=gateway.as_(who),
+        )
+    assert started.status_code == 201, started.text
+    return str(started.json()["task_id"])
+
+
+async def approve_through(gateway: Gateway, who: str, task_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        answered = await http.post(
+            f"/v1/tasks/{task_id}/approval", json={"decision": "approve"}, headers=gateway.as_(who)
+        )
+    assert answered.status_code == 200, answered.text
+    return dict(answered.json())
+
+
+async def until_replied(gateway: Gateway, task_id: str) -> None:
+    async def replied() -> bool:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            got = await http.get(f"/v1/tasks/{task_id}", headers=gateway.as_("alice"))
+        return bool(got.json()["status"] == "replied")
+
+    await eventually(replied, f"{task_id} replied")
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
+
+
+@needs_chromium
+async def test_the_page_card_says_two_approvers_and_after_its_approval_waits_for_a_second(
+    scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
+) -> None:
+    agent = calls_once(SEARCH, {"query": "on the page"})
+    scripted.script("gpt-tools", agent, agent)
+    task_id = await start_through(gateway, "alice")
+    errors: list[str] = []
+    page = await open_page(browser, gateway.url, errors)
+    await sign_in(page, gateway.keys["alice"])
+    await page.get_by_test_id("watch-id").fill(task_id)
+    await page.get_by_test_id("watch").click()
+
+    card = page.get_by_test_id("approval")
+    await expect(card).to_be_visible()
+    await expect(page.get_by_test_id("approval-policy")).to_have_text("needs two approvers: 0 of 2")
+    await expect(page.get_by_test_id("approval-waiting")).to_be_hidden()
+    await page.get_by_test_id("approval-approve").click()
+
+    # The first approval: the card stays and says the call waits for someone else.
+    await expect(page.get_by_test_id("approval-waiting")).to_contain_text(
+        "it waits for a second, different approver"
+    )
+    await expect(page.get_by_test_id("approval-policy")).to_have_text(
+        "needs two approvers: 1 of 2 (alice)"
+    )
+    await expect(card).to_be_visible()
+    await expect(page.get_by_test_id("approval-approve")).to_be_hidden()
+    await expect(page.get_by_test_id("approval-deny")).to_be_visible()
+
+    # The second, by another principal: the call runs and the card goes.
+    second = await approve_through(gateway, "carol", task_id)
+    assert second["waiting_for"] == 0
+    await expect(card).to_be_hidden()
+    await until_replied(gateway, task_id)
+    assert errors == []
+    await page.close()
+
+
+@needs_chromium
+async def test_the_page_card_says_a_call_of_policy_approver_is_for_an_approver(
+    scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
+) -> None:
+    agent = calls_once("mcp__web__write", {"name": f"fe-{uuid.uuid4().hex[:6]}", "text": "x"})
+    scripted.script("gpt-tools", agent, agent)
+    task_id = await start_through(gateway, "alice")
+    errors: list[str] = []
+    page = await open_page(browser, gateway.url, errors)
+    await sign_in(page, gateway.keys["carol"])
+    await page.get_by_test_id("watch-id").fill(task_id)
+    await page.get_by_test_id("watch").click()
+    await expect(page.get_by_test_id("approval")).to_be_visible()
+    await expect(page.get_by_test_id("approval-policy")).to_have_text("for an approver")
+    await page.get_by_test_id("approval-approve").click()
+    await expect(page.get_by_test_id("approval")).to_be_hidden()
+    await until_replied(gateway, task_id)
+    assert errors == []
+    await page.close()
 
 
 @pytest.mark.fast

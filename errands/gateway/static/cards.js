@@ -1,6 +1,7 @@
 // The cards that wait for the user: the agent's questions (a picker, or free text) and a tool
 // call's approval, shown from the event log (question_asked, approval_requested; a question's
-// text is read from the task) and answered through the API.
+// text is read from the task) and answered through the API. A call of policy two says how many
+// of its two approvals it has; after this page's approval it waits for a second approver.
 
 import { $, api, el, taskPath } from "./api.js";
 import { page } from "./page.js";
@@ -128,6 +129,9 @@ export function showApproval(watch, approval, round) {
   $("approval-always").hidden = !approval.can_approve_always;
   $("approval-reason").value = "";
   $("approval-error").textContent = "";
+  form.dataset.policy = approval.policy || "";
+  form.dataset.needed = String(approval.approvals_needed || (approval.policy === "two" ? 2 : 1));
+  showApprovers(approval.approved_by || []);
   form.hidden = false;
   setStatus("waiting_for_user");
   $("task-phase").textContent = `waiting for your approval of ${approval.tool}`;
@@ -159,6 +163,54 @@ async function verifyDigest(approval) {
   }
 }
 
+// Who the call needs, and for policy two who has approved so far: "needs two approvers: 1 of 2
+// (alice)". A gateway from before four eyes sends no policy: then the card says nothing of it.
+// The lines are made here when the page's HTML has none (a cached index.html).
+function showApprovers(approvedBy, byThisPage = false) {
+  const form = $("approval");
+  const policy = form.dataset.policy;
+  const needed = Number(form.dataset.needed) || 1;
+  const line = approvalLine("approval-policy", "muted");
+  if (policy === "two" || needed > 1) {
+    const names = approvedBy.length ? ` (${approvedBy.map((p) => p.id).join(", ")})` : "";
+    line.textContent = `needs two approvers: ${approvedBy.length} of ${needed}${names}`;
+  } else if (policy === "approver") {
+    line.textContent = "for an approver";
+  } else {
+    line.textContent = "";
+  }
+  line.hidden = !line.textContent;
+  // A principal counts once: whoever has approved waits for someone else.
+  const mine = byThisPage || Boolean(page.me && approvedBy.some((p) => p.id === page.me.id));
+  const waiting = approvalLine("approval-waiting", "");
+  waiting.textContent = mine
+    ? "Your approval is recorded. The call does not run yet: it waits for a second, " +
+      "different approver."
+    : "";
+  waiting.hidden = !mine;
+  $("approval-approve").hidden = mine;
+  if (mine) $("approval-always").hidden = true;
+  if (mine) $("task-phase").textContent = "waiting for a second approver";
+}
+
+function approvalLine(id, cls) {
+  let line = $(id);
+  if (!line) {
+    line = el("p", { id, class: cls, testid: id, role: "status" });
+    $("approval-where").parentElement.after(line);
+  }
+  return line;
+}
+
+// An approval_recorded event: the call waits on for another approver; the card says who
+// approved so far (policy two), or shows the call if this page had not.
+export function approvalRecorded(watch, recorded) {
+  const form = $("approval");
+  if (form.hidden || form.dataset.approvalId !== recorded.approval_id) return;
+  form.dataset.needed = String(recorded.approved_by.length + recorded.waiting_for);
+  showApprovers(recorded.approved_by);
+}
+
 export function hideApproval(approvalId) {
   const form = $("approval");
   if (!approvalId || form.dataset.approvalId === approvalId) form.hidden = true;
@@ -174,13 +226,19 @@ export async function sendApproval(decision) {
   const reason = $("approval-reason").value.trim();
   $("approval-error").textContent = "";
   try {
-    await api("POST", taskPath(watch.id, "/approval"), {
+    const receipt = await api("POST", taskPath(watch.id, "/approval"), {
       approval_id: id,
       decision,
       // The digest of what this page showed: the answer is refused for any other arguments.
       arguments_sha256: $("approval").dataset.sha256 || null,
       reason: decision === "deny" && reason ? reason : null,
     });
+    if (receipt && receipt.waiting_for > 0 && $("approval").dataset.approvalId === id) {
+      // Policy two, the first approval: recorded, and the call waits for someone else.
+      $("approval").dataset.needed = String(receipt.approved_by.length + receipt.waiting_for);
+      showApprovers(receipt.approved_by, true);
+      return;
+    }
     watch.handled.add(id);
     hideApproval(id);
     if (!waitsForUser()) setStatus("running");
