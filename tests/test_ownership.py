@@ -12,28 +12,17 @@ import uuid
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
-from errands.contracts.principals import Principal
 from errands.contracts.search import OWNER
 from errands.errors import SessionNotFound
-from errands.settings import Settings
 from tests.helpers import final
+from tests.test_audit_events import ALICE, BOB, ROOT
+from tests.test_audit_events import errands_client as errands_client  # noqa: F401  (the fixture)
 
 MODEL = "openai:gpt-owners"
-ALICE = Principal(id="alice", role="user")
-BOB = Principal(id="bob", role="user")
-ROOT = Principal(id="root", role="admin")
-
-
-@pytest.fixture
-def errands_client(
-    client: Client, settings: Settings, store: SessionStore, worker: Worker
-) -> ErrandsClient:
-    return ErrandsClient(client, settings, store=store)
 
 
 def session() -> str:
