@@ -338,6 +338,41 @@ async def test_the_page_card_says_two_approvers_and_after_its_approval_waits_for
 
 
 @needs_chromium
+async def test_a_page_opened_after_the_first_approval_shows_it_and_approves_second(
+    scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
+) -> None:
+    agent = calls_once(SEARCH, {"query": "the page comes second"})
+    scripted.script("gpt-tools", agent, agent)
+    task_id = await start_through(gateway, "alice")
+
+    async def waits() -> bool:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            got = await http.get(f"/v1/tasks/{task_id}", headers=gateway.as_("alice"))
+        return got.json().get("pending_approval") is not None
+
+    await eventually(waits, f"{task_id} waiting for approval")
+    first = await approve_through(gateway, "carol", task_id)
+    assert first["waiting_for"] == 1
+
+    errors: list[str] = []
+    page = await open_page(browser, gateway.url, errors)
+    await sign_in(page, gateway.keys["alice"])
+    await page.get_by_test_id("watch-id").fill(task_id)
+    await page.get_by_test_id("watch").click()
+    card = page.get_by_test_id("approval")
+    await expect(card).to_be_visible()
+    await expect(page.get_by_test_id("approval-policy")).to_have_text(
+        "needs two approvers: 1 of 2 (carol)"
+    )
+    await expect(page.get_by_test_id("approval-waiting")).to_be_hidden()
+    await page.get_by_test_id("approval-approve").click()
+    await expect(card).to_be_hidden()
+    await until_replied(gateway, task_id)
+    assert errors == []
+    await page.close()
+
+
+@needs_chromium
 async def test_the_page_card_says_a_call_of_policy_approver_is_for_an_approver(
     scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
 ) -> None:

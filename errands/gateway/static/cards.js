@@ -132,6 +132,8 @@ export function showApproval(watch, approval, round) {
   form.dataset.policy = approval.policy || "";
   form.dataset.needed = String(approval.approvals_needed || (approval.policy === "two" ? 2 : 1));
   showApprovers(approval.approved_by || []);
+  // The event says the policy, not who has approved since: the task says that.
+  if (approval.policy === "two" && !approval.approved_by) approversNow(watch, approval.approval_id);
   form.hidden = false;
   setStatus("waiting_for_user");
   $("task-phase").textContent = `waiting for your approval of ${approval.tool}`;
@@ -188,9 +190,26 @@ function showApprovers(approvedBy, byThisPage = false) {
       "different approver."
     : "";
   waiting.hidden = !mine;
+  form.dataset.mine = mine ? "1" : "";
   $("approval-approve").hidden = mine;
   if (mine) $("approval-always").hidden = true;
   if (mine) $("task-phase").textContent = "waiting for a second approver";
+}
+
+// Who has approved the call shown so far, as the task holds it (a page opened after the first
+// approval of a call of policy two); the card keeps what it shows if the task cannot say.
+async function approversNow(watch, approvalId) {
+  let pending;
+  try {
+    pending = (await api("GET", taskPath(watch.id))).pending_approval;
+  } catch {
+    return;
+  }
+  const form = $("approval");
+  const same = form.dataset.approvalId === approvalId && !form.hidden && !form.dataset.mine;
+  if (page.current !== watch || !same || !pending || pending.approval_id !== approvalId) return;
+  form.dataset.needed = String(pending.approvals_needed || 2);
+  showApprovers(pending.approved_by || []);
 }
 
 function approvalLine(id, cls) {
