@@ -338,6 +338,34 @@ async def test_the_page_card_says_two_approvers_and_after_its_approval_waits_for
 
 
 @needs_chromium
+async def test_an_open_card_shows_another_principals_first_approval_as_it_lands(
+    scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
+) -> None:
+    """The owner's page shows the call; carol approves it over the API: the card, still open,
+    says 1 of 2 (carol) from the approval_recorded event, and its Approve stays offered."""
+    agent = calls_once(SEARCH, {"query": "as it lands"})
+    scripted.script("gpt-tools", agent, agent)
+    task_id = await start_through(gateway, "alice")
+    errors: list[str] = []
+    page = await open_page(browser, gateway.url, errors)
+    await sign_in(page, gateway.keys["alice"])
+    await page.get_by_test_id("watch-id").fill(task_id)
+    await page.get_by_test_id("watch").click()
+    policy = page.get_by_test_id("approval-policy")
+    await expect(policy).to_have_text("needs two approvers: 0 of 2")
+
+    first = await approve_through(gateway, "carol", task_id)
+    assert first["waiting_for"] == 1
+    await expect(policy).to_have_text("needs two approvers: 1 of 2 (carol)")
+    await expect(page.get_by_test_id("approval-approve")).to_be_visible()
+    await page.get_by_test_id("approval-approve").click()
+    await expect(page.get_by_test_id("approval")).to_be_hidden()
+    await until_replied(gateway, task_id)
+    assert errors == []
+    await page.close()
+
+
+@needs_chromium
 async def test_a_page_opened_after_the_first_approval_shows_it_and_approves_second(
     scripted: ScriptedModelServer, gateway: Gateway, browser: Browser
 ) -> None:

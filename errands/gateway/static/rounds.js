@@ -2,7 +2,13 @@
 // branches with their tools and live text, and the reply as it is written.
 
 import { $, el } from "./api.js";
-import { hideApproval, hideQuestion, showApproval, waitsForUser } from "./cards.js";
+import {
+  approvalRecorded,
+  hideApproval,
+  hideQuestion,
+  showApproval,
+  waitsForUser,
+} from "./cards.js";
 import { renderLive, renderMarkdown } from "./markdown.js";
 import { page } from "./page.js";
 import { loadConversation } from "./sessions.js";
@@ -29,6 +35,12 @@ const HANDLERS = {
     if (!w.closed.has(e.approval_id) && !w.handled.has(e.approval_id)) {
       showApproval(w, e, w.round);
     }
+  },
+  approval_recorded: (w, e) => {
+    // The first of two approvals: the card stays, showing who has approved so far.
+    approvalRecorded(w, e);
+    const of = e.approved_by.length + e.waiting_for;
+    note(w.round, `${e.by.id} approved ${e.tool} (${e.approved_by.length} of ${of})`);
   },
   approval_answered: (w, e) => closeCard(w, e.approval_id, () => hideApproval(e.approval_id)),
   question_asked: (w, e) => { loadQuestion(w, e); },
