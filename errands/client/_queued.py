@@ -46,7 +46,8 @@ async def start_next(
     data = await _last_input(client, task_id)
     next_id = ids.queued_after_end_task_id(task_id)
     data = data.model_copy(update={"task_id": next_id, "text": text, "carry": None, "queued": []})
-    # A start like any other: its sender's quotas, and the start recorded for them.
+    # A start like any other: its sender's quotas, and the start recorded for them. Nothing
+    # in the block starts again (the lock is not re-entrant): a lost race is followed after it.
     async with quota_checked(client, client.acting):
         try:
             await client.temporal.start_workflow(
@@ -65,11 +66,15 @@ async def start_next(
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             )
         except WorkflowAlreadyStartedError:
-            # Another message queued after the end got there first: this one goes behind it.
-            return await client.task(next_id).say(text, mode="queue")
+            behind = True
         except RPCError as error:
             raise refusal(error, next_id, client.namespace) from None
-        await client.record_start(data)
+        else:
+            behind = False
+            await client.record_start(data)
+    if behind:
+        # Another message queued after the end got there first: this one goes behind it.
+        return await client.task(next_id).say(text, mode="queue")
     return MessageReceipt(
         message_id=ids.user_message_id(next_id), mode="queue", status="started", task_id=next_id
     )
