@@ -77,14 +77,16 @@ class SessionActivities:
     def _open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
         if data.owner is not None:
             # Also for a task no errands.Client started (queued by its task, another program):
-            # its owner's quotas count it. Recorded once; a client's record comes first.
+            # its owner's quotas count it, once (a client may have recorded it already, or,
+            # for a queued message, under the message's id: that record becomes this task's).
             self._store.record_start(
                 TaskStart(
                     task_id=data.task_id,
                     owner=data.owner,
                     session_id=data.session_id,
                     started_at=datetime.now(UTC),
-                )
+                ),
+                replacing=data.queued_as,
             )
         self._store.append_once(
             NewMessage(

@@ -341,3 +341,39 @@ async def test_a_queued_message_counts_as_a_start_on_a_running_task_and_after_an
         assert not received, "nothing was queued"
     finally:
         await cancel_all([running])
+
+
+async def test_messages_queued_at_once_are_each_counted_and_the_task_one_becomes_keeps_its_count(
+    client: TemporalClient,
+    settings: Settings,
+    store: SessionStore,
+    worker: Worker,
+    scripted: ScriptedModelServer,
+) -> None:
+    """With two starts an hour: a running task, then one message queued on it (the second
+    start, recorded under the message's id), then a second message refused. When the task ends
+    the queued message becomes a task and takes that record over: still two starts."""
+    fay = someone("fay")
+    errands = Client(client, limited(settings, {fay.id: {"starts_per_hour": 2}}), store=store)
+    scripted.script("gpt-quota", ask(DATABASE), final("first done"), final("the queued one"))
+    task = await errands.as_principal(fay).start("asks first", model="openai:gpt-quota")
+    await eventually(task.pending_question, "the task to ask")
+    queued = await task.say("then this", mode="queue")
+    assert queued.status == "queued"
+    since = datetime.now(UTC) - timedelta(hours=1)
+    assert [s.task_id for s in store.starts_since(fay.id, since)] == [
+        task.task_id,
+        queued.message_id,
+    ]
+    with pytest.raises(QuotaExceeded) as refused:
+        await task.say("and this", mode="queue")
+    assert refused.value.quota == "starts_per_hour"
+
+    await task.answer({"q1": "PostgreSQL"})
+    result = await task.wait(timeout=60)
+    assert result.next_task is not None
+    assert (await errands.task(result.next_task).wait(timeout=60)).reply == "the queued one"
+    assert [s.task_id for s in store.starts_since(fay.id, since)] == [
+        task.task_id,
+        result.next_task,
+    ], "the queued message's record became its task's, counted once"

@@ -88,6 +88,7 @@ class TaskWorkflow:
         self.state = data.carry or TaskState()
         if data.carry is None and data.queued:
             self.state.queued = list(data.queued)
+            self.state.queued_ids = list(data.queued_ids)
         resume = self.state.resume
         self._question = PendingQuestion(resume.questions if resume else None)
         self._approvals = PendingApprovals(self.state)
@@ -248,6 +249,8 @@ class TaskWorkflow:
         state.messages += 1
         message_id = ids.steer_message_id(data.task_id, state.messages)
         if message.mode == "queue":
+            if len(state.queued_ids) == len(state.queued):  # else queued before ids were kept
+                state.queued_ids.append(message_id)
             state.queued.append(message.text)
             return MessageReceipt(message_id=message_id, mode="queue", status="queued")
         appended = await store_call(
@@ -337,6 +340,7 @@ class TaskWorkflow:
                         prepare_first_round=True,
                         owner=data.owner,
                         owner_role=data.owner_role,
+                        queued_as=data.queued_as,
                     ),
                 )
                 self.state.types = opened.types
@@ -366,6 +370,9 @@ class TaskWorkflow:
         if not self.state.queued:
             return
         data, first, rest = self.data, self.state.queued[0], self.state.queued[1:]
+        known = len(self.state.queued_ids) == len(self.state.queued)
+        first_id = self.state.queued_ids[0] if known else None
+        rest_ids = self.state.queued_ids[1:] if known else []
         next_id = ids.queued_task_id(data.task_id, self.state.messages)
         # The session id in the memo, as the client starts a task with encryption on: listing
         # the successor then reads it there, not from its history (memo is not replayed).
@@ -373,7 +380,14 @@ class TaskWorkflow:
         await workflow.start_child_workflow(
             "TaskWorkflow",
             data.model_copy(
-                update={"task_id": next_id, "text": first, "carry": None, "queued": rest}
+                update={
+                    "task_id": next_id,
+                    "text": first,
+                    "carry": None,
+                    "queued": rest,
+                    "queued_ids": rest_ids,
+                    "queued_as": first_id,
+                }
             ),
             id=next_id,
             parent_close_policy=ParentClosePolicy.ABANDON,
@@ -385,7 +399,7 @@ class TaskWorkflow:
             static_summary=f"queued after {data.task_id}",
             memo=None if session is None else {SESSION_MEMO: session},
         )
-        self.state.queued = []
+        self.state.queued, self.state.queued_ids = [], []
         self._next_task = next_id
 
     def _cancel_fields(self) -> dict[str, Any]:

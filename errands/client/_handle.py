@@ -6,9 +6,11 @@ import asyncio
 import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import (
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowUpdateFailedError,
@@ -16,9 +18,10 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError
 
+from errands.adapters.store import TaskStart
 from errands.client._input import checked, checked_answers
 from errands.client._queued import ENDED, start_next
-from errands.client._quotas import check_start
+from errands.client._quotas import quota_checked
 from errands.client._refusals import innermost, kind_of, refusal
 from errands.client._sessions import session_of
 from errands.client._task_calls import TaskCalls
@@ -27,6 +30,7 @@ from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestio
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
 from errands.contracts.limits import SIDE_TIMEOUT_SECONDS
+from errands.contracts.search import OWNER
 from errands.contracts.workflows import (
     CANCEL_REQUESTED_SIGNAL,
     AnswerReceipt,
@@ -204,11 +208,7 @@ class TaskHandle(TaskCalls):
         if mode not in ("steer", "interrupt", "queue"):
             raise InvalidRequest(f"mode is steer, interrupt or queue, not {mode!r}")
         description = await self._describe("steer")
-        running = description.status == WorkflowExecutionStatus.RUNNING
-        if mode == "queue" and running and self._client.acting is not None:
-            # It becomes a task when this one ends: counted against its sender's quotas now.
-            await check_start(self._client, self._client.acting, queued=True)
-        if not running:
+        if description.status != WorkflowExecutionStatus.RUNNING:
             if mode == "queue":
                 return await start_next(self._client, description, text)
             ended = description.status.name.lower() if description.status else "closed"
@@ -219,6 +219,23 @@ class TaskHandle(TaskCalls):
                 f"the message was not sent; start a new task in its session instead: "
                 f"errands run --session {session} TEXT",
             )
+        # A queued message becomes a task when this one ends: its sender's quotas count it
+        # now, and its start is recorded now, under the message's id (the task it becomes
+        # takes that record over), so several queued at once are each counted.
+        acting = self._client.acting if mode == "queue" else None
+        async with quota_checked(self._client, acting, queued=True):
+            receipt = await self._send(description, text, mode)
+            if receipt is not None and receipt.status == "queued":
+                await self._record_queued(description, receipt.message_id)
+        if receipt is None:  # the task ended meanwhile: the queued message starts the next
+            return await start_next(self._client, description, text)
+        return receipt
+
+    async def _send(
+        self, description: WorkflowExecutionDescription, text: str, mode: str
+    ) -> MessageReceipt | None:
+        """The ``send_message`` update's receipt; None when a message to queue found the task
+        ending (it then starts the next task itself)."""
         try:
             update = await self._start_update(
                 description,
@@ -231,13 +248,28 @@ class TaskHandle(TaskCalls):
         except WorkflowUpdateFailedError as error:
             # The task refuses messages once it is ending; a queued one starts the next task.
             if mode == "queue" and (await self.status()).status in ENDED:
-                return await start_next(self._client, description, text)
+                return None
             raise Conflict(f"message refused: {innermost(error)}") from None
         except RPCError as error:
             refused = self._ended_meanwhile(error)
             if mode == "queue" and isinstance(refused, TaskEnded):
-                return await start_next(self._client, description, text)
+                return None
             raise refused from None
+
+    async def _record_queued(
+        self, description: WorkflowExecutionDescription, message_id: str
+    ) -> None:
+        owner = description.typed_search_attributes.get(OWNER)
+        if owner is None:
+            return
+        session = await session_of(self._temporal, description, self._client.session_tags)
+        start = TaskStart(
+            task_id=message_id,
+            owner=owner,
+            session_id=session or "",
+            started_at=datetime.now(UTC),
+        )
+        await self._client._store_call("record_start", start)
 
     async def approve(
         self,

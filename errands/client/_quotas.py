@@ -56,10 +56,13 @@ _LOCKS: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictio
 
 
 @asynccontextmanager
-async def quota_checked(client: Client, principal: Principal | None) -> AsyncIterator[None]:
+async def quota_checked(
+    client: Client, principal: Principal | None, *, queued: bool = False
+) -> AsyncIterator[None]:
     """Around one start by ``principal``: ``QuotaExceeded`` on entry when a quota refuses it,
     and the principal's other starts in this process held until this block ends, so start the
-    task and record it (``SessionStore.record_start``) inside it. None: the operator, unlimited."""
+    task and record it (``SessionStore.record_start``) inside it. None: the operator, unlimited.
+    ``queued``: a message queued on a running task, a start to come (as ``check_start``)."""
     quota = _quota(client, principal)
     if principal is None or quota is None:
         yield
@@ -68,7 +71,7 @@ async def quota_checked(client: Client, principal: Principal | None) -> AsyncIte
     if lock is None:
         lock = _LOCKS[principal.id] = asyncio.Lock()
     async with lock:
-        await _check(client, principal, quota)
+        await _check(client, principal, quota, queued=queued)
         yield
 
 

@@ -71,6 +71,8 @@ class OpenTaskInput(BaseModel):
     """The task's owner (``task_started`` names them; round 0 checks their cost quota)."""
     owner_role: str | None = None
     """As ``PrepareRoundInput.owner_role``."""
+    queued_as: str | None = None
+    """``TaskInput.queued_as``: the start recorded under that message id becomes this task's."""
 
 
 class OpenTaskOutput(BaseModel):

@@ -115,6 +115,12 @@ class TaskInput(BaseModel):
     """Set by continue-as-new: where the previous run left off. Never the transcript."""
     queued: list[str] = Field(default_factory=list)
     """Messages queued on the task before this one, each to become a task once this one ends."""
+    queued_ids: list[str] = Field(default_factory=list)
+    """The message ids of ``queued``, in order (empty for messages queued before ids were
+    kept): under each, the sender's start was recorded when the message was queued."""
+    queued_as: str | None = None
+    """The message id this task was queued as: its start, recorded under that id when the
+    message was queued, becomes this task's (``OpenTaskInput.queued_as``)."""
     owner: str | None = None
     """The id of the principal the task (and its session) belongs to (SPEC §10), also its
     ``ErrandsOwner`` search attribute; never a token. None: a task from before owners, or one
@@ -234,6 +240,8 @@ class TaskState(BaseModel):
     on the wire)."""
     queued: list[str] = Field(default_factory=list)
     """Messages queued to become the session's next tasks, oldest first."""
+    queued_ids: list[str] = Field(default_factory=list)
+    """Their message ids, in order (``TaskInput.queued_ids``)."""
 
 
 class TaskError(BaseModel):

@@ -125,8 +125,10 @@ class SessionStore(Protocol):
         """The owner of ``session_id``, None when nobody claimed it."""
         ...
 
-    def record_start(self, start: TaskStart) -> None:
-        """Record a task's start (once: a second record of the same task is ignored)."""
+    def record_start(self, start: TaskStart, *, replacing: str | None = None) -> None:
+        """Record a task's start (once: a second record of the same task is ignored).
+        ``replacing``: the id a start was recorded under before the task had one (a queued
+        message's); that record becomes this task's, keeping its time, when there is one."""
         ...
 
     def starts_since(self, owner: str, since: datetime) -> list[TaskStart]:

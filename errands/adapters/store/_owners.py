@@ -110,7 +110,13 @@ class SqlOwners(SqlReads):
         rows = self._fetch("SELECT owner FROM session_owners WHERE session_id = ?", [session_id])
         return str(rows[0]["owner"]) if rows else None
 
-    def record_start(self, start: TaskStart) -> None:
+    def record_start(self, start: TaskStart, *, replacing: str | None = None) -> None:
+        if replacing is not None and self._write_one(
+            "UPDATE task_starts SET task_id = ? WHERE task_id = ? AND owner = ?"
+            " AND NOT EXISTS (SELECT 1 FROM task_starts WHERE task_id = ?)",
+            [start.task_id, replacing, start.owner, start.task_id],
+        ):
+            return
         self._write_one(
             f"INSERT INTO task_starts ({_START_COLUMNS}) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (task_id) DO NOTHING",
