@@ -86,7 +86,7 @@ class SessionActivities:
                     session_id=data.session_id,
                     started_at=datetime.now(UTC),
                 ),
-                replacing=data.queued_as,
+                replacing=None if data.queued_as is None else ids.queued_start_id(data.queued_as),
             )
         self._store.append_once(
             NewMessage(

@@ -178,11 +178,14 @@ class AnswerRejected(InvalidRequest, ValueError):
 
 class Unauthorized(Refused):
     """The HTTP gateway needs ``Authorization: Bearer <token>`` and got none or a wrong one;
-    ``challenge`` is the ``WWW-Authenticate`` value to answer with."""
+    ``challenge`` is the ``WWW-Authenticate`` value to answer with. ``guess``: the credential
+    proves nothing (a wrong secret, a bad signature, garbage), so it counts towards slowing its
+    sender; a revoked key or an expired token whose secret or signature verified does not."""
 
-    def __init__(self, message: str, *, challenge: str = "Bearer") -> None:
+    def __init__(self, message: str, *, challenge: str = "Bearer", guess: bool = True) -> None:
         super().__init__(message)
         self.challenge = challenge
+        self.guess = guess
 
 
 class NotFound(Refused):

@@ -343,3 +343,58 @@ async def test_an_approver_sees_anothers_task_only_while_a_call_there_waits_for_
     assert f"no task {task.task_id!r}" in str(after.value), "nothing waits for them any more"
     with pytest.raises(SessionNotFound):
         await as_dave.history(task.session_id or "")
+
+
+@pytest.fixture
+async def two_step_worker(
+    client: Client, settings: Settings, store: SessionStore, servers: Servers
+) -> AsyncIterator[ErrandsClient]:
+    """``write`` waits for an approver, ``read`` for its owner."""
+    web = {**servers.config["web"], "approval": {"write": "approver", "read": "always"}}
+    own = settings.model_copy(
+        update={
+            "task_queue": f"four-eyes-steps-{uuid.uuid4().hex[:6]}",
+            "mcp_servers": json.dumps({"web": web}),
+        }
+    )
+    router = ModelRouter(own)
+    async with build_worker(client, own, store=store, router=router):
+        yield ErrandsClient(client, own, store=store)
+    await router.aclose()
+
+
+async def test_an_approvers_event_stream_ends_once_nothing_waits_for_them(
+    servers: Servers, scripted: ScriptedModelServer, two_step_worker: ErrandsClient
+) -> None:
+    """Dave follows alice's task while its write waits for an approver; he approves it; the
+    task goes on to a read that waits for alice herself: his stream ends there, the task still
+    running, and it showed him nothing past that point."""
+    name = f"steps-{uuid.uuid4().hex[:6]}"
+
+    def agent(request: RecordedRequest) -> Reply:
+        done = len(tool_results(request))
+        if done == 0:
+            return Reply(calls=[Call("mcp__web__write", {"name": name, "text": "x"})])
+        if done == 1:
+            return Reply(calls=[Call("mcp__web__read", {"name": name})])
+        return Reply(calls=[Call("final_reply", {"text": "read it"})])
+
+    scripted.script("gpt-tools", agent, agent, agent)
+    task = await two_step_worker.as_principal(ALICE).start("Write, then read.", model=MODEL)
+    await waiting(task)
+    theirs = two_step_worker.as_principal(DAVE).task(task.task_id)
+    followed: list[str] = []
+
+    async def follow() -> None:
+        async for event in theirs.events():
+            followed.append(event.type)
+            if event.type == "approval_requested" and followed.count("approval_requested") == 1:
+                await theirs.approve()
+
+    await asyncio.wait_for(follow(), 60)  # ends by itself: no error, no last event
+    assert (await task.status()).status == "waiting_for_user", "the read waits for alice"
+    assert "replied" not in followed
+    pending = await waiting(task)
+    assert pending["tool"] == "mcp__web__read" and pending["policy"] == "always"
+    await two_step_worker.as_principal(ALICE).task(task.task_id).approve()
+    assert (await task.wait(timeout=60)).reply == "read it"

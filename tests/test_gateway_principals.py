@@ -35,6 +35,7 @@ from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
 from errands.contracts.principals import Role
 from errands.gateway import create_app, serving
+from errands.gateway._app import RECHECK_SECONDS
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import read_stderr_until, run_cli, running_cli
@@ -421,6 +422,32 @@ async def test_an_open_event_stream_ends_when_its_key_is_revoked(
     again = await http.get(f"/v1/tasks/{task_id}/events", headers=headers)
     assert again.status_code == 401
     await stack.errands.task(task_id).cancel()
+
+
+async def test_an_event_stream_with_a_valid_key_stays_open_past_its_rechecks(
+    stack: Stack, http: httpx.AsyncClient, scripted: ScriptedModelServer
+) -> None:
+    """The rechecks of a stream whose key still works change nothing: it delivers what comes
+    after them, to the task's last event. (The wait is the behaviour: past a recheck.)"""
+    stack.add("keeper")
+    headers = stack.as_("keeper")
+    scripted.script(MODEL, ask(DATABASE), final("PostgreSQL it is."))
+    task_id = await start(http, headers, session_id(), "Which database?")
+    types: list[str] = []
+    async with http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("event: "):
+                types.append(line.removeprefix("event: "))
+            if line == "event: question_asked":
+                await asyncio.sleep(RECHECK_SECONDS + 1.5)
+                answered = await http.post(
+                    f"/v1/tasks/{task_id}/answer",
+                    json={"answers": {"q1": ["PostgreSQL"]}},
+                    headers=headers,
+                )
+                assert answered.status_code == 200, answered.text
+    assert "unauthorized" not in types
+    assert "question_answered" in types and types[-1] == "replied", types
 
 
 async def test_with_keys_in_the_store_a_request_without_a_token_is_refused(

@@ -363,7 +363,7 @@ async def test_messages_queued_at_once_are_each_counted_and_the_task_one_becomes
     since = datetime.now(UTC) - timedelta(hours=1)
     assert [s.task_id for s in store.starts_since(fay.id, since)] == [
         task.task_id,
-        queued.message_id,
+        f"queued/{queued.message_id}",
     ]
     with pytest.raises(QuotaExceeded) as refused:
         await task.say("and this", mode="queue")

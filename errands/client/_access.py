@@ -14,7 +14,8 @@ operator's boundary, the gateway the users'), and is checked against nothing.
   gets, so an id reveals nothing of whether it is in use.
 
 A task or session nobody owns (from before owners, or started by an operator in a session
-nobody claimed) is an admin's only.
+nobody claimed) is an admin's, save that an approver answers the calls there that wait for
+approvers (an operator's task whose tool needs two approvals gets its second that way).
 """
 
 from __future__ import annotations

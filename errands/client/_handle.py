@@ -25,7 +25,7 @@ from errands.client._quotas import quota_checked
 from errands.client._refusals import innermost, kind_of, refusal
 from errands.client._sessions import session_of
 from errands.client._task_calls import TaskCalls
-from errands.contracts import limits
+from errands.contracts import ids, limits
 from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
@@ -44,9 +44,13 @@ from errands.errors import (
     InvalidRequest,
     SideQuestionFailed,
     TaskEnded,
+    TaskNotFound,
 )
 
 SIDE_QUESTION_WORKFLOW = "SideQuestionWorkflow"
+CHECK_EVERY = 25
+"""Reads of the log between two looks at the task while following it (5 s at the default
+interval): whether it ended without a last event, and whether the reader may still follow it."""
 
 RANDOM_BYTES = 8
 """Random part of task and side-question ids: 64 bits, so two never collide."""
@@ -100,11 +104,15 @@ class TaskHandle(TaskCalls):
         handle = self._temporal.get_workflow_handle(self.task_id, result_type=TaskResult)
         async with asyncio.timeout(timeout):
             try:
-                return await handle.result(follow_runs=True)
+                result = await handle.result(follow_runs=True)
             except WorkflowFailureError:
                 return await self._closed(await self._describe())
             except RPCError as error:
                 raise refusal(error, self.task_id, self._client.namespace) from None
+        # Whoever could read the task when the wait began may not now (an approver, once
+        # nothing waits for them): asked again before the result is theirs.
+        await self._describe()
+        return result
 
     async def pending_question(self) -> dict[str, Any] | None:
         """The question set waiting for an answer, or None."""
@@ -134,7 +142,7 @@ class TaskHandle(TaskCalls):
             await self._describe("follow")
         store = await asyncio.to_thread(self._client._reader, True)
         assert store is not None
-        seen, idle = after, 0
+        seen, idle, ticks = after, 0, 0
         while True:
             batch = await asyncio.to_thread(store.list_events, self.task_id, after_seq=seen)
             for event in batch:
@@ -145,13 +153,19 @@ class TaskHandle(TaskCalls):
             if not follow:
                 return
             idle = 0 if batch else idle + 1
-            running = WorkflowExecutionStatus.RUNNING
-            if idle and idle % 25 == 0 and (await self._describe()).status != running:
-                # Ended without a last event: read what was written meanwhile, then stop.
-                rest = await asyncio.to_thread(store.list_events, self.task_id, after_seq=seen)
-                for event in rest:
-                    yield event
-                return
+            ticks += 1
+            if ticks % CHECK_EVERY == 0:
+                # Still theirs to follow (an approver is not, once nothing waits for them)?
+                try:
+                    described = await self._describe("follow")
+                except TaskNotFound:
+                    return
+                if idle and described.status != WorkflowExecutionStatus.RUNNING:
+                    # Ended without a last event: read what was written meanwhile, then stop.
+                    rest = await asyncio.to_thread(store.list_events, self.task_id, after_seq=seen)
+                    for event in rest:
+                        yield event
+                    return
             await asyncio.sleep(interval)
 
     # -- writes -----------------------------------------------------------------------------
@@ -264,7 +278,7 @@ class TaskHandle(TaskCalls):
             return
         session = await session_of(self._temporal, description, self._client.session_tags)
         start = TaskStart(
-            task_id=message_id,
+            task_id=ids.queued_start_id(message_id),
             owner=owner,
             session_id=session or "",
             started_at=datetime.now(UTC),

@@ -41,7 +41,7 @@ from errands.agent.quotas import (
     usd,
 )
 from errands.client._task_calls import TASK_WORKFLOW
-from errands.contracts import search
+from errands.contracts import ids, search
 from errands.contracts.principals import Principal
 from errands.errors import QuotaExceeded, TemporalUnreachable
 
@@ -139,8 +139,8 @@ async def _check(
 
 
 async def _running(client: Client, who: str, starts: list[TaskStart], now: datetime) -> set[str]:
-    """The ids of ``who``'s running tasks: Temporal's, and the recent starts it may not show
-    yet whose log has not ended."""
+    """The ids of ``who``'s running tasks: Temporal's and the recent starts it may not show
+    yet, less those whose log has ended (visibility lags both ways)."""
     query = (
         f"WorkflowType = '{TASK_WORKFLOW}' AND ExecutionStatus = 'Running' "
         f"AND {search.owner_filter(who)}"
@@ -154,11 +154,16 @@ async def _running(client: Client, who: str, starts: list[TaskStart], now: datet
             f"Temporal could not list the running tasks of {who} in namespace "
             f"{client.namespace} to check their quota: {error.message}"
         ) from None
-    recent = [s.task_id for s in starts if s.started_at >= now - VISIBILITY_LAG]
-    if recent:
-        ended = await client._store_call("ended", recent)
-        running.update(t for t in recent if t not in ended)
-    return running
+    running.update(
+        s.task_id
+        for s in starts
+        if s.started_at >= now - VISIBILITY_LAG and not ids.is_queued_start(s.task_id)
+    )
+    if not running:
+        return running
+    # Visibility also lags an end: a task whose log holds its last event has ended.
+    ended: set[str] = await client._store_call("ended", sorted(running))
+    return running - ended
 
 
 def _tasks(n: int) -> str:

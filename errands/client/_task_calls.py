@@ -126,9 +126,11 @@ class TaskCalls:
         owner = description.typed_search_attributes.get(OWNER)
         acting, namespace = self._client.acting, self._client.namespace
         check_task(acting, self.task_id, namespace, owner, action)
-        if acting is not None and not acting.is_admin and owner != acting.id:
+        if acting is not None and acting.role == "approver" and owner != acting.id:
             # An approver, on another's task: only while a call there waits for approvers.
-            if not await self._waits_for_approvers(description):
+            if description.workflow_type != TASK_WORKFLOW or not await self._waits_for_approvers(
+                description
+            ):
                 raise no_task(self.task_id, namespace)
         if description.workflow_type != TASK_WORKFLOW:
             raise TaskNotFound(
@@ -139,11 +141,19 @@ class TaskCalls:
 
     async def _waits_for_approvers(self, description: WorkflowExecutionDescription) -> bool:
         """Whether the task runs and the call it shows waiting has a policy that lets approvers
-        answer (``approver``, ``two``)."""
+        answer (``approver``, ``two``). Asked once, bounded, and never an error of its own: for
+        an approver, a task that cannot answer at once (no worker, a failing workflow task) is
+        one with nothing waiting for them, refused as a missing task is."""
         if description.status != WorkflowExecutionStatus.RUNNING:
             return False
-        pending = await self._query(description, "pending_approval")
-        return bool(pending) and pending.get("policy") in APPROVERS_ANSWER
+        handle = self._temporal.get_workflow_handle(description.id)
+        try:
+            pending = await handle.query(
+                "pending_approval", rpc_timeout=timedelta(seconds=self._client.query_timeout)
+            )
+        except (RPCError, WorkflowQueryFailedError):
+            return False
+        return isinstance(pending, dict) and pending.get("policy") in APPROVERS_ANSWER
 
     async def _running(self, consequence: str, action: Action) -> WorkflowExecutionDescription:
         description = await self._describe(action)

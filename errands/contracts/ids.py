@@ -26,6 +26,16 @@ def queued_task_id(task_id: str, n: int) -> str:
     return f"{task_id}-q{n}"
 
 
+def queued_start_id(message_id: str) -> str:
+    """Where a queued message's start is recorded until it becomes a task (quotas count it
+    meanwhile). A slash: no task id has one, so it is never taken for a running task."""
+    return f"queued/{message_id}"
+
+
+def is_queued_start(start_id: str) -> bool:
+    return start_id.startswith("queued/")
+
+
 def queued_after_end_task_id(task_id: str) -> str:
     """The task a message queued on ``task_id`` after it ended starts (``-q0``: the task's own
     queued tasks count from 1)."""

@@ -14,7 +14,7 @@ from fastapi import HTTPException, Request
 from errands.client import Authenticator
 from errands.client._identify import token_digest
 from errands.contracts.principals import Principal
-from errands.errors import Unauthorized
+from errands.errors import ConfigError, Unauthorized, Unavailable
 
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
@@ -108,8 +108,8 @@ class PrincipalGuard:
             principal = await self.authenticator.authenticate(
                 header, loopback_only=self._loopback_only
             )
-        except Unauthorized:
-            if header:
+        except Unauthorized as refused:
+            if header and refused.guess:  # a revoked key or an expired token is no guess
                 self._throttle.failed(client)
             raise
         return principal
@@ -123,6 +123,10 @@ class PrincipalGuard:
             again = await self.authenticator.authenticate(header, loopback_only=self._loopback_only)
         except Unauthorized as refused:
             return refused.message
+        except Unavailable:
+            return None  # the store or the issuer did not answer now: asked again next time
+        except ConfigError as error:
+            return error.message
         if again != principal:
             return "the credential now stands for someone else; sign in again"
         return None

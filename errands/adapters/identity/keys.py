@@ -119,6 +119,7 @@ def verify_key(store: SessionStore, token: str) -> Principal:
         revoked = record.revoked_at.astimezone(UTC)
         raise Unauthorized(
             f"this API key was revoked ({key_id}, {revoked:%Y-%m-%d %H:%M} UTC); ask an admin "
-            "for a new one"
+            "for a new one",
+            guess=False,  # its secret was right: its holder, not a guesser
         )
     return Principal(id=record.name, role=record.role, via="key")

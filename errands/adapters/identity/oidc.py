@@ -141,12 +141,25 @@ def _header(token: str) -> dict[str, Any] | None:
     return header
 
 
-def _refused(reason: str) -> Unauthorized:
-    """The refusal of a JWT for ``reason``, which the ``WWW-Authenticate`` challenge repeats."""
+SIGNED_BUT_REFUSED = (
+    jwt.ExpiredSignatureError,
+    jwt.ImmatureSignatureError,
+    jwt.InvalidAudienceError,
+    jwt.InvalidIssuedAtError,
+    jwt.MissingRequiredClaimError,
+)
+"""PyJWT's refusals of a token whose signature verified."""
+
+
+def _refused(reason: str, *, signed: bool = False) -> Unauthorized:
+    """The refusal of a JWT for ``reason``, which the ``WWW-Authenticate`` challenge repeats.
+    ``signed``: the issuer's signature verified (expired, another audience, …): its holder is
+    no guesser."""
     description = reason.replace("\\", "/").replace('"', "'")
     return Unauthorized(
         f"bearer JWT refused: {reason}",
         challenge=f'Bearer error="invalid_token", error_description="{description}"',
+        guess=not signed,
     )
 
 
@@ -409,17 +422,19 @@ class OidcVerifier:
             except jwt.InvalidSignatureError:
                 continue
             except jwt.PyJWTError as error:
-                raise _refused(_reason(error, self.issuer)) from None
+                # PyJWT checks the claims only once the signature has verified.
+                signed = isinstance(error, SIGNED_BUT_REFUSED)
+                raise _refused(_reason(error, self.issuer), signed=signed) from None
             named = claims["iss"]
             if not isinstance(named, str) or not same_issuer(named, self.issuer):
-                raise _refused(_reason(jwt.InvalidIssuerError(), self.issuer))
+                raise _refused(_reason(jwt.InvalidIssuerError(), self.issuer), signed=True)
             return claims
         raise _refused(failure)
 
     def _principal_id(self, claims: dict[str, Any]) -> str:
         value = claims.get(self.principal_claim)
         if value is None:
-            raise _refused(f"no {self.principal_claim} claim to name the principal")
+            raise _refused(f"no {self.principal_claim} claim to name the principal", signed=True)
         try:
             if not isinstance(value, str):
                 raise ValueError
@@ -427,12 +442,14 @@ class OidcVerifier:
         except ValueError:
             raise _refused(
                 f"the {self.principal_claim} claim cannot name a principal (1 to 200 printable "
-                "characters, no blank, quote or backslash)"
+                "characters, no blank, quote or backslash)",
+                signed=True,
             ) from None
         if reserved_for(found) is not None:
             raise _refused(
                 f"the {self.principal_claim} claim names a principal id errands reserves (admin, "
-                "local and operator are the admin token's, the loopback user's and the CLI's)"
+                "local and operator are the admin token's, the loopback user's and the CLI's)",
+                signed=True,
             )
         return found
 
@@ -444,7 +461,8 @@ class OidcVerifier:
         if not isinstance(values, list) or not all(v in ROLES for v in values):
             raise _refused(
                 f"the {self.role_claim} claim holds a role errands does not know: give "
-                f"{', '.join(ROLES)} or a list of them"
+                f"{', '.join(ROLES)} or a list of them",
+                signed=True,
             )
         return max(values, key=ROLES.index, default="user")
 

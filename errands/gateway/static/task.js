@@ -69,8 +69,12 @@ export function forgetTask() {
   $("task").hidden = true;
   const texts = ["approval-tool", "approval-where", "approval-why", "approval-arguments"];
   texts.push("approval-size", "approval-sha256", "approval-verified", "approval-error");
+  texts.push("approval-policy", "approval-waiting"); // who approved so far (policy two)
   for (const id of [...texts, "answer-error", "next-task"]) $(id).textContent = "";
+  for (const id of ["approval-policy", "approval-waiting"]) $(id).hidden = true;
   for (const id of ["message-text", "btw-question", "approval-reason"]) $(id).value = "";
+  const card = $("approval").dataset; // what the card held of the call and its approvers
+  for (const key of ["approvalId", "sha256", "policy", "needed", "mine"]) delete card[key];
 }
 
 function resetTaskPanel(taskId) {
