@@ -287,7 +287,9 @@ def create_app(
         description="Every event of the task in order (types and fields: docs/events.md), each "
         "with `id:` its sequence number and `event:` its type; the stream ends after replied, "
         "failed or canceled. Send the last id back as Last-Event-ID (or `?after=`) to resume "
-        "after it. Reading adds nothing to the task's history.",
+        "after it. Reading adds nothing to the task's history. The request's credential is "
+        "asked again every 5 s: when it no longer works (a revoked key, an expired token) the "
+        'stream ends with an `unauthorized` event, data `{"detail": "<why>"}`, no id.',
     )
     async def events(
         request: Request,
