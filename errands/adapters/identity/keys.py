@@ -122,4 +122,12 @@ def verify_key(store: SessionStore, token: str) -> Principal:
             "for a new one",
             guess=False,  # its secret was right: its holder, not a guesser
         )
+    if (whom := reserved_for(record.name)) is not None:
+        # A key no errands mints now (one from before the ids were reserved): it would act as
+        # the built-in principal.
+        raise Unauthorized(
+            f"API key {key_id} names {record.name!r}, reserved for {whom}; revoke it "
+            f"(`errands principals revoke {key_id}`) and add a key under another name",
+            guess=False,
+        )
     return Principal(id=record.name, role=record.role, via="key")

@@ -272,7 +272,7 @@ class OidcVerifier:
             return self._keys.keys
         failed, error = self._failed_at, self._last_error
         if failed is not None and error is not None and now - failed < self.refresh_interval:
-            raise error.with_traceback(None)  # the last failure answers until the interval ends
+            raise _again(error)  # the last failure answers until the interval ends
         await self._fetch_shared(stale_ok=False)
         assert self._keys is not None
         return self._keys.keys
@@ -298,7 +298,7 @@ class OidcVerifier:
                 if stale_ok and self._keys is not None:
                     logger.warning("%s; keeping the keys fetched before", self._last_error)
                     return
-                raise self._last_error.with_traceback(None)
+                raise _again(self._last_error)
 
     async def _fetch(self) -> tuple[dict[str, Any], ...]:
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
@@ -465,6 +465,14 @@ class OidcVerifier:
                 signed=True,
             )
         return max(values, key=ROLES.index, default="user")
+
+
+def _again(error: Unavailable | ConfigError) -> Unavailable | ConfigError:
+    """A fresh copy of a fetch's failure, to raise for one more caller: the one instance,
+    raised in many coroutines, would gather their tracebacks and contexts."""
+    if isinstance(error, ConfigError):
+        return ConfigError(error.message, setting=error.setting)
+    return Unavailable(error.message)
 
 
 def _too_large(issuer: str, what: str, url: str) -> Unavailable:
