@@ -405,7 +405,7 @@ def test_parse_defaults_and_empty_values() -> None:
         ('{"s": {"url": "http://h", "for": "main"}}', ["field 'for'", '"main", "*"']),
         (
             '{"s": {"url": "http://h", "approval": {"write": "sometimes"}}}',
-            ["field 'approval.write'", "'never', 'ask' or 'always'"],
+            ["field 'approval.write'", "'never', 'ask', 'always', 'approver' or 'two'"],
         ),
         (
             '{"s": {"url": "http://h", "timeout_seconds": 0}}',

@@ -24,12 +24,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from errands.adapters.identity.oidc import (
-    MAX_DOCUMENT_BYTES,
-    MAX_KEYS,
-    OidcVerifier,
-    looks_like_jwt,
-)
+from errands.adapters.identity.jwks import MAX_DOCUMENT_BYTES, MAX_KEYS
+from errands.adapters.identity.oidc import OidcVerifier, looks_like_jwt
 from errands.contracts.principals import ADMIN_TOKEN_ID, LOCAL_ID, OPERATOR_ID, Principal
 from errands.errors import ConfigError, Unauthorized, Unavailable
 from errands.settings import Settings, load_settings

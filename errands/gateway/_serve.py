@@ -84,7 +84,7 @@ async def serve(settings: Settings, host: str, port: int, token: str | None) -> 
 
     Beyond loopback it needs a way to tell callers apart (``check_binding``): ``token``, OIDC,
     or an API key in the store when it starts."""
-    auth = token or settings.oidc or await _keys_in_store(settings)
+    auth = token or settings.oidc_issuer is not None or await _keys_in_store(settings)
     check_binding(host, auth, settings.allowed_hosts)
     configure_logging(settings.log_level, json=settings.log_json)
     connection = resolve(settings)

@@ -5,6 +5,7 @@ fields; checks over several settings stay on the model)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr, ValidationError
 
@@ -23,6 +24,9 @@ from errands.settings._parse import (
     is_port,
     provider_limits,
 )
+
+if TYPE_CHECKING:
+    from errands.settings._model import Settings
 
 
 def check_host_port(value: str | None) -> str | None:
@@ -89,7 +93,7 @@ def check_http_url(value: str | None) -> str | None:
 
 def check_https_url(value: str | None) -> str | None:
     # Imported here: the verifier imports PyJWT and aiohttp, which only a set URL should cost.
-    from errands.adapters.identity.oidc import secure_url
+    from errands.adapters.identity.jwks import secure_url
 
     if value is not None and not secure_url(value):
         raise ValueError(
@@ -173,3 +177,21 @@ def check_database_url(value: str | None) -> str | None:
 
         sqlite_path(value)
     return value
+
+
+def check_together(settings: Settings) -> Settings:
+    """The settings that only make sense with others (a model validator of ``Settings``)."""
+    # The deployment name alone is an operator's (errands upgrade); a build needs its deployment.
+    if settings.build_id is not None and settings.deployment_name is None:
+        raise ValueError(
+            "ERRANDS_BUILD_ID needs ERRANDS_DEPLOYMENT_NAME: set both (a versioned worker) "
+            "or neither (an unversioned one)"
+        )
+    if (settings.oidc_issuer is None) != (settings.oidc_audience is None):
+        raise ValueError(
+            "ERRANDS_OIDC_ISSUER and ERRANDS_OIDC_AUDIENCE go together: set both to accept "
+            "the issuer's JWTs, or neither"
+        )
+    if settings.oidc_jwks_url is not None and settings.oidc_issuer is None:
+        raise ValueError("ERRANDS_OIDC_JWKS_URL needs ERRANDS_OIDC_ISSUER and _AUDIENCE")
+    return settings

@@ -21,8 +21,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
 from errands.adapters.temporal_profile import resolve
 from errands.agent.quotas import Quota, parse_quotas
-from errands.agent.validation import DEMO_MODEL, MODEL_PROVIDERS
-from errands.contracts.workflows import RoundSettings, model_queue
+from errands.agent.validation import DEMO_MODEL
+from errands.contracts.workflows import RoundSettings
 from errands.errors import ErrandsError
 from errands.settings._checks import (
     check_build_id,
@@ -42,6 +42,7 @@ from errands.settings._checks import (
     check_provider_limits,
     check_quotas,
     check_subtask_types,
+    check_together,
 )
 from errands.settings._parse import (
     Port,
@@ -50,7 +51,9 @@ from errands.settings._parse import (
     check_allowed_hosts,
     check_api_token,
     check_proxies,
+    model_task_queues,
     provider_limits,
+    round_settings,
     shown_value,
 )
 
@@ -362,30 +365,10 @@ class Settings(BaseSettings):
     _models = field_validator("models")(check_models)
     _database_url = field_validator("database_url")(check_database_url)
 
-    @model_validator(mode="after")
-    def _version_whole(self) -> Settings:
-        # The name alone is an operator's (errands upgrade); a build needs its deployment.
-        if self.build_id is not None and self.deployment_name is None:
-            raise ValueError(
-                "ERRANDS_BUILD_ID needs ERRANDS_DEPLOYMENT_NAME: set both (a versioned worker) "
-                "or neither (an unversioned one)"
-            )
-        return self
-
     _api_token = field_validator("api_token")(check_api_token)
     _oidc_urls = field_validator("oidc_issuer", "oidc_jwks_url")(check_https_url)
     _quotas = field_validator("quotas")(check_quotas)
-
-    @model_validator(mode="after")
-    def _oidc_whole(self) -> Settings:
-        if (self.oidc_issuer is None) != (self.oidc_audience is None):
-            raise ValueError(
-                "ERRANDS_OIDC_ISSUER and ERRANDS_OIDC_AUDIENCE go together: set both to accept "
-                "the issuer's JWTs, or neither"
-            )
-        if self.oidc_jwks_url is not None and self.oidc_issuer is None:
-            raise ValueError("ERRANDS_OIDC_JWKS_URL needs ERRANDS_OIDC_ISSUER and _AUDIENCE")
-        return self
+    _together = model_validator(mode="after")(check_together)
 
     _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
     _proxies = field_validator("forwarded_allow_ips")(check_proxies)
@@ -426,36 +409,11 @@ class Settings(BaseSettings):
 
     def round_settings(self) -> RoundSettings:
         """The task constants a frontend puts in a task's input (a running task keeps them)."""
-        return RoundSettings(
-            max_subtasks=self.max_subtasks,
-            max_repairs=self.max_repairs,
-            step_budget=self.step_budget,
-            branch_step_limit=self.branch_step_limit,
-            same_failure_rounds=self.same_failure_rounds,
-            deadline_seconds=self.deadline_seconds,
-            max_output_tokens=self.max_output_tokens,
-            model_timeout_seconds=self.model_timeout_seconds,
-            model_max_attempts=self.model_max_attempts,
-            heartbeat_timeout_seconds=self.heartbeat_timeout_seconds,
-            tool_timeout_seconds=self.tool_timeout_seconds,
-            tool_max_attempts=self.tool_max_attempts,
-            model_task_queue=self.model_task_queue,
-            round_retry_limit=self.round_retry_limit,
-            round_retry_seconds=self.round_retry_seconds,
-            ask_timeout_hours=self.ask_timeout_seconds / 3600,
-            advisor_limit=self.advisor_limit,
-            side_question_timeout_seconds=self.side_question_timeout_seconds,
-            max_history_events=self.max_history_events,
-        )
+        return round_settings(self)
 
     def quota_table(self) -> dict[str, Quota]:
         """``ERRANDS_QUOTAS``, parsed (``errands.agent.quotas``)."""
         return parse_quotas(self.quotas)
-
-    @property
-    def oidc(self) -> bool:
-        """Whether OIDC bearer JWTs are accepted."""
-        return self.oidc_issuer is not None
 
     def mcp(self) -> dict[str, McpServerConfig]:
         """``ERRANDS_MCP_SERVERS`` by server name."""
@@ -468,19 +426,7 @@ class Settings(BaseSettings):
     def model_task_queues(self) -> dict[str, float | None]:
         """The model task queues a worker polls (ERRANDS_MODEL_TASK_QUEUE for each provider)
         and the rate each is limited to (None: unlimited); empty when the setting is unset."""
-        if not self.model_task_queue:
-            return {}
-        limits = self.limits()
-        queues: dict[str, float | None] = {}
-        for provider in MODEL_PROVIDERS:
-            queue = model_queue(self.model_task_queue, provider)
-            assert queue is not None
-            limit = limits.get(provider)
-            rate = limit.queue_rate if limit else None
-            known = queues.get(queue)
-            # One queue for several providers: the strictest of their rates.
-            queues[queue] = rate if known is None else known if rate is None else min(known, rate)
-        return queues
+        return model_task_queues(self.model_task_queue, self.limits())
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Every setting by its variable: ``value`` (JSON-able; secrets masked), ``default``

@@ -8,7 +8,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
@@ -18,6 +18,10 @@ from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.validation import MODEL_PROVIDERS, check_model_spec
 from errands.contracts.urls import masked_url
+from errands.contracts.workflows import RoundSettings, model_queue
+
+if TYPE_CHECKING:
+    from errands.settings._model import Settings
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -248,3 +252,47 @@ def check_allowed_hosts(value: str | None) -> str | None:
                 "comma-separated (gateway.example.com, 10.0.0.5:8080, [::1]), or * for any"
             )
     return ",".join(hosts) or None
+
+
+def model_task_queues(
+    template: str | None, limits: dict[str, ProviderLimit]
+) -> dict[str, float | None]:
+    """The model task queues ``template`` (ERRANDS_MODEL_TASK_QUEUE) names for the providers,
+    each with the rate it is limited to (None: unlimited); empty when it is unset."""
+    if not template:
+        return {}
+    queues: dict[str, float | None] = {}
+    for provider in MODEL_PROVIDERS:
+        queue = model_queue(template, provider)
+        assert queue is not None
+        limit = limits.get(provider)
+        rate = limit.queue_rate if limit else None
+        known = queues.get(queue)
+        # One queue for several providers: the strictest of their rates.
+        queues[queue] = rate if known is None else known if rate is None else min(known, rate)
+    return queues
+
+
+def round_settings(settings: Settings) -> RoundSettings:
+    """The task constants of ``settings`` a frontend puts in a task's input."""
+    return RoundSettings(
+        max_subtasks=settings.max_subtasks,
+        max_repairs=settings.max_repairs,
+        step_budget=settings.step_budget,
+        branch_step_limit=settings.branch_step_limit,
+        same_failure_rounds=settings.same_failure_rounds,
+        deadline_seconds=settings.deadline_seconds,
+        max_output_tokens=settings.max_output_tokens,
+        model_timeout_seconds=settings.model_timeout_seconds,
+        model_max_attempts=settings.model_max_attempts,
+        heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
+        tool_timeout_seconds=settings.tool_timeout_seconds,
+        tool_max_attempts=settings.tool_max_attempts,
+        model_task_queue=settings.model_task_queue,
+        round_retry_limit=settings.round_retry_limit,
+        round_retry_seconds=settings.round_retry_seconds,
+        ask_timeout_hours=settings.ask_timeout_seconds / 3600,
+        advisor_limit=settings.advisor_limit,
+        side_question_timeout_seconds=settings.side_question_timeout_seconds,
+        max_history_events=settings.max_history_events,
+    )
