@@ -13,6 +13,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -40,12 +41,16 @@ CAROL = Principal(id="carol", role="approver")
 DAVE = Principal(id="dave", role="approver")
 
 
-@pytest.fixture
-async def policy_worker(
-    client: Client, settings: Settings, store: SessionStore, servers: Servers
+@asynccontextmanager
+async def worker_with(
+    approval: dict[str, str],
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    servers: Servers,
 ) -> AsyncIterator[Settings]:
-    """The web server's ``search`` needs two approvals; its ``write`` an approver's."""
-    web = {**servers.config["web"], "approval": {"search": "two", "write": "approver"}}
+    """A worker of its own whose web server's tools wait for whom ``approval`` says."""
+    web = {**servers.config["web"], "approval": approval}
     own = settings.model_copy(
         update={
             "task_queue": f"four-eyes-{uuid.uuid4().hex[:6]}",
@@ -53,9 +58,21 @@ async def policy_worker(
         }
     )
     router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
+    try:
+        async with build_worker(client, own, store=store, router=router):
+            yield own
+    finally:
+        await router.aclose()
+
+
+@pytest.fixture
+async def policy_worker(
+    client: Client, settings: Settings, store: SessionStore, servers: Servers
+) -> AsyncIterator[Settings]:
+    """The web server's ``search`` needs two approvals; its ``write`` an approver's."""
+    approval = {"search": "two", "write": "approver"}
+    async with worker_with(approval, client, settings, store, servers) as own:
         yield own
-    await router.aclose()
 
 
 @pytest.fixture
@@ -350,17 +367,9 @@ async def two_step_worker(
     client: Client, settings: Settings, store: SessionStore, servers: Servers
 ) -> AsyncIterator[ErrandsClient]:
     """``write`` waits for an approver, ``read`` for its owner."""
-    web = {**servers.config["web"], "approval": {"write": "approver", "read": "always"}}
-    own = settings.model_copy(
-        update={
-            "task_queue": f"four-eyes-steps-{uuid.uuid4().hex[:6]}",
-            "mcp_servers": json.dumps({"web": web}),
-        }
-    )
-    router = ModelRouter(own)
-    async with build_worker(client, own, store=store, router=router):
+    approval = {"write": "approver", "read": "always"}
+    async with worker_with(approval, client, settings, store, servers) as own:
         yield ErrandsClient(client, own, store=store)
-    await router.aclose()
 
 
 async def test_an_approvers_event_stream_ends_once_nothing_waits_for_them(
