@@ -208,8 +208,10 @@ class Settings(BaseSettings):
 
     ``{"name": {"command": [...], "env": {...}}}`` or ``{"name": {"url": "…", "headers":
     {...}}}``, with optional ``tools`` (an allow list), ``for`` (``main``, ``*`` or subtask type
-    keys), ``approval`` (``never``, ``ask`` or ``always``) and ``timeout_seconds``; read by the
-    worker only. The user guide's "Work tools" says more."""
+    keys), ``approval``, ``timeout_seconds``, ``session`` (``shared``, ``task``, ``branch``),
+    ``idle_seconds`` and ``list_ttl_seconds``; read by the worker only (docs/guide.md)."""
+    mcp_max_processes: int = Field(default=32, ge=1, le=4096, alias="ERRANDS_MCP_MAX_PROCESSES")
+    """Most MCP server processes (stdio) one worker keeps running, sessions included."""
 
     # -- a task's constants (SPEC §1), carried in its input: see round_settings() -----------
 

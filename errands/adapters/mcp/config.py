@@ -36,6 +36,10 @@ IDEMPOTENCY_META_KEY = "errands/idempotency_key"
 TOOL_NAME_PREFIX = "mcp__"
 
 Approval = Literal["never", "ask", "always", "approver", "two"]
+SessionScope = Literal["shared", "task", "branch"]
+"""Whose a server's session is: ``shared`` (any call of any task, on any worker: the server keeps
+no state a call relies on), ``task`` (one session per task, its main agent and its branches) or
+``branch`` (one per branch, and one for the main agent's own calls)."""
 """A tool's approval policy: ``never`` runs it unasked; the others are
 ``errands.contracts.approvals.ApprovalPolicy``."""
 _Name = Annotated[str, Field(min_length=1)]
@@ -58,6 +62,9 @@ _EXPECTED = {
     "for": '"main", "*" or subtask type keys, e.g. ["main", "*"]',
     "approval": 'an object of tool name to "never", "ask", "always", "approver" or "two"',
     "timeout_seconds": "a number of seconds above 0",
+    "session": '"shared", "task" or "branch"',
+    "idle_seconds": "a number of seconds above 0",
+    "list_ttl_seconds": "a number of seconds, 0 or more",
 }
 """What each field takes, for the error messages of ``parse_mcp_servers``."""
 
@@ -92,6 +99,15 @@ class McpServerConfig(BaseModel):
     tool not listed (see ``approval_of``)."""
     timeout_seconds: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     """How long one exchange with the server (connect, initialize, request) may take."""
+    session: SessionScope = "shared"
+    """Whose session a call runs in (``SessionScope``). A ``task`` or ``branch`` session lives on
+    the worker that opened it, for the life of its task or branch; its calls go to that worker."""
+    idle_seconds: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """A connection (or a ``task``/``branch`` session) unused this long is closed; a session is
+    opened again on its next call, the model told that its earlier state is lost."""
+    list_ttl_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
+    """How long a worker reuses the server's tool list (0: list at every task's start); the
+    server's ``notifications/tools/list_changed`` ends it sooner."""
 
     @field_validator("command")
     @classmethod
