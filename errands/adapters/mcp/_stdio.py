@@ -9,6 +9,11 @@ and the bytes it held are kept in an ``Oversized`` the caller gave, and the sess
 request it answered, a JSON-RPC error, so the pending call ends at once (the caller reads the
 head, ``errands.adapters.mcp.client``). A line whose request id cannot be found in its head ends
 the connection instead.
+
+The bound and the record of an oversized answer are a ``Reading`` the caller owns and may change
+between requests (a connection kept open serves one request at a time, each with its own bound
+and its own record); the reader takes ``max_line`` afresh at each line. It gives the loop a turn
+after every chunk it reads, so a server that floods its stdout cannot starve the worker.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import Process
 from mcp import types
 from mcp.client.stdio import StdioServerParameters, get_default_environment
@@ -42,12 +48,27 @@ class Oversized:
     size: int = 0
 
 
+@dataclass(kw_only=True)
+class Reading:
+    """What one stdio transport is told, and tells, while it reads a server's answers."""
+
+    max_line: int | None = None
+    """The most bytes of one answer kept (None: no bound); read again at each new line."""
+    oversized: Oversized = field(default_factory=Oversized)
+    """Where the head of an answer longer than ``max_line`` is put: replace it per request."""
+    process: Process | None = None
+    """The server's process, once started."""
+    on_end: Callable[[], None] | None = None
+    """Called once the server's stdout has ended (its process exited or closed it), or the
+    transport stopped reading it."""
+
+
 @asynccontextmanager
 async def bounded_stdio(
-    server: StdioServerParameters, max_line: int | None, oversized: Oversized
+    server: StdioServerParameters, reading: Reading
 ) -> AsyncIterator[tuple[object, object]]:
     """The read and write streams of a session with the program ``server`` names; a line over
-    ``max_line`` bytes (None: no bound) is told through ``oversized``."""
+    ``reading.max_line`` bytes is told through ``reading.oversized``."""
     process = await anyio.open_process(
         [server.command, *server.args],
         env=get_default_environment() | (server.env or {}),
@@ -55,6 +76,7 @@ async def bounded_stdio(
         stderr=sys.stderr,
         start_new_session=True,
     )
+    reading.process = process
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -67,7 +89,7 @@ async def bounded_stdio(
                 return
             await to_session.send(SessionMessage(message))
             return
-        oversized.head, oversized.size = bytes(line), len(line) + dropped
+        reading.oversized.head, reading.oversized.size = bytes(line), len(line) + dropped
         found = _ID.search(line, 0, 4096)
         if found is None:
             await to_session.aclose()  # no request to answer: the connection ends
@@ -85,10 +107,12 @@ async def bounded_stdio(
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             async with to_session:
                 async for chunk in process.stdout:
+                    await anyio.lowlevel.checkpoint()  # a full pipe answers without waiting
                     start = 0
                     while start <= len(chunk):
                         end = chunk.find(b"\n", start)
                         piece = chunk[start : len(chunk) if end < 0 else end]
+                        max_line = reading.max_line
                         room = len(piece) if max_line is None else max_line - len(line)
                         line += piece[: max(0, room)]
                         dropped += max(0, len(piece) - max(0, room))
@@ -98,9 +122,11 @@ async def bounded_stdio(
                             await deliver(line, dropped)
                         line, dropped = bytearray(), 0
                         start = end + 1
+        if reading.on_end is not None:
+            reading.on_end()
         with suppress(Exception):  # whatever follows is nobody's: keep the pipe flowing
             async for _ in process.stdout:
-                pass
+                await anyio.lowlevel.checkpoint()
 
     async def write_stdin() -> None:
         assert process.stdin is not None

@@ -1,8 +1,9 @@
 """A client for one MCP server: ``list_tools`` and ``call_tool``, through the official SDK.
 
-Each call opens its own session (connect, initialize, one request, close) and keeps nothing
-between calls, so any worker can run any call, and a crashed server costs one call rather than a
-broken connection.
+Each call here opens its own session (connect, initialize, one request, close) and keeps nothing
+between calls; a worker keeps its sessions open in ``errands.adapters.mcp.pool``, whose
+connections (``errands.adapters.mcp._connection``) make the same requests through the same
+functions (``every_page``, ``caller``) and word failures the same way.
 
 Failures fall in two groups:
 
@@ -21,11 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from importlib.metadata import version
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -33,12 +30,11 @@ import anyio
 import httpx2
 from mcp import types
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from errands.adapters.mcp._stdio import OVERSIZED, Oversized, bounded_stdio
+from errands.adapters.mcp._connection import Exchange, opened_session
+from errands.adapters.mcp._stdio import OVERSIZED, Oversized
 from errands.adapters.mcp.config import (
     IDEMPOTENCY_META_KEY,
     SETTING,
@@ -48,7 +44,6 @@ from errands.adapters.mcp.config import (
 )
 from errands.agent.reading import capped_result
 
-_CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
 T = TypeVar("T")
 
 
@@ -91,8 +86,6 @@ def _base64_size(data: str) -> int:
 
 _SSE_TOO_LONG = "Server-sent event exceeded"
 """How the SDK says it stopped reading an answer over Streamable HTTP (its event limit)."""
-_SSE_EVENT_DEFAULT = 1024 * 1024
-"""The SDK's own limit on one event, for exchanges that set none (listing tools)."""
 _ENVELOPE = 64 * 1024
 """Bytes of an answer beside its text (JSON-RPC framing, other blocks) read on top of the text."""
 _TEXT = re.compile(rb'"text"\s*:\s*"')
@@ -120,27 +113,6 @@ def head_text(oversized: Oversized, max_bytes: int | None, *, more: bool = False
     return capped_result(text, limit, read_bytes=None if whole else oversized.size, more=more)
 
 
-class _Head(httpx2.AsyncByteStream):
-    """An HTTP answer's body as the SDK reads it, its first ``keep`` bytes kept in
-    ``oversized`` (and every byte read counted): the head of an answer the SDK stops reading at
-    its event limit, shown as stdio shows one."""
-
-    def __init__(self, stream: httpx2.AsyncByteStream, keep: int, oversized: Oversized) -> None:
-        self._stream, self._keep, self._oversized = stream, keep, oversized
-        self._head = bytearray()
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            if len(self._head) < self._keep:
-                self._head += chunk[: self._keep - len(self._head)]
-                self._oversized.head = bytes(self._head)
-            self._oversized.size += len(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
 # -- the client ----------------------------------------------------------------------------------
 
 
@@ -154,25 +126,31 @@ async def list_tools(
     when the server cannot be reached or does not answer.
     """
 
-    async def every_page(session: ClientSession, exchange: _Exchange) -> list[types.Tool]:
-        found: list[types.Tool] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        while True:
-            params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-            page = await session.list_tools(params=params)
-            found.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None or cursor in seen:  # a repeated cursor would never end
-                return found
-            seen.add(cursor)
+    return allowed(config, await _exchange(config, server, timeout, every_page))
 
-    listed = await _exchange(config, server, timeout, every_page)
+
+def allowed(config: McpServerConfig, listed: list[types.Tool]) -> list[McpTool]:
+    """The listed tools ``config.tools`` allows, in the server's order."""
     return [
         McpTool(name=tool.name, description=tool.description or "", input_schema=tool.input_schema)
         for tool in listed
         if config.tools is None or tool.name in config.tools
     ]
+
+
+async def every_page(session: ClientSession, exchange: Exchange) -> list[types.Tool]:
+    """Every page of the server's tool list."""
+    found: list[types.Tool] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    while True:
+        params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+        page = await session.list_tools(params=params)
+        found.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None or cursor in seen:  # a repeated cursor would never end
+            return found
+        seen.add(cursor)
 
 
 async def call_tool(
@@ -198,14 +176,36 @@ async def call_tool(
     call come back as ``ToolOutcome(is_error=True)``; ``ConnectionError`` or ``TimeoutError``
     when the server cannot be reached or does not answer within ``timeout``.
     """
+    refused = refusal(config, tool)
+    if refused is not None:
+        return refused
+    action = caller(tool, arguments, idempotency_key, max_bytes)
+    return await _exchange(config, server, timeout, action, max_line=line_for(max_bytes))
+
+
+def refusal(config: McpServerConfig, tool: str) -> ToolOutcome | None:
+    """The error outcome of a call of a tool ``config.tools`` does not allow (None: allowed)."""
     if config.tools is not None and tool not in config.tools:
         allowed = ", ".join(config.tools) or "none"
         return ToolOutcome(
             text=f"no tool {tool!r} on this server; the tools are: {allowed}", is_error=True
         )
+    return None
+
+
+def line_for(max_bytes: int | None) -> int | None:
+    """The most bytes of an answer read for a call that keeps ``max_bytes`` of its text."""
+    return None if max_bytes is None else 2 * max_bytes + _ENVELOPE
+
+
+def caller(
+    tool: str, arguments: dict[str, Any], idempotency_key: str, max_bytes: int | None
+) -> Callable[[ClientSession, Exchange], Awaitable[ToolOutcome]]:
+    """The ``tools/call`` request of ``call_tool``, to run on an open session; a failed
+    transport is raised (``failure`` words it), every answer is a ``ToolOutcome``."""
     meta = cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
 
-    async def call(session: ClientSession, exchange: _Exchange) -> ToolOutcome:
+    async def call(session: ClientSession, exchange: Exchange) -> ToolOutcome:
         try:
             result = await session.call_tool(tool, arguments, meta=meta, allow_input_required=True)
         except MCPError as error:
@@ -231,15 +231,14 @@ async def call_tool(
             outcome.text = capped_result(outcome.text, max_bytes)
         return outcome
 
-    line = None if max_bytes is None else 2 * max_bytes + _ENVELOPE
-    return await _exchange(config, server, timeout, call, max_line=line)
+    return call
 
 
-def _answers_the_call(error: MCPError, exchange: _Exchange) -> bool:
+def _answers_the_call(error: MCPError, exchange: Exchange) -> bool:
     """Whether a JSON-RPC error is the server's answer to the call, not a failed transport.
 
     The SDK makes up errors of its own when the connection closes (-32000), the request times out
-    (-32001) or an HTTP POST gets an error status (a generic -32603, see ``_Exchange``). Invalid
+    (-32001) or an HTTP POST gets an error status (a generic -32603, see ``Exchange``). Invalid
     params (-32602, an unknown tool among them) is the server's answer even at an HTTP 400, where
     a server may send it.
     """
@@ -251,128 +250,56 @@ def _answers_the_call(error: MCPError, exchange: _Exchange) -> bool:
     )
 
 
-@dataclass
-class _Exchange:
-    """One session's bookkeeping: the server's label for messages, and the last HTTP refusal.
-
-    The SDK turns a POST answered with an HTTP error status into a generic JSON-RPC error
-    ("Server returned an error response"); the status, recorded here by an httpx event hook, is
-    what tells the operator to check a token or a URL.
-    """
-
-    label: str
-    http_status: int | None = None
-    """The status of the last POST, when it was an error (400 or above)."""
-    failure: ConnectionError | None = None
-    """A failure raised inside the session, already worded."""
-    max_line: int | None = None
-    """The most bytes of one answer the transport reads (None: no bound): a stdio line, or an
-    HTTP event (the SDK's ``max_sse_event_size``)."""
-    oversized: Oversized = field(default_factory=Oversized)
-    """Over stdio: the head of an answer longer than ``max_line``, when the server sent one."""
-    posted: Oversized = field(default_factory=Oversized)
-    """Over HTTP: the head of the last POST's answer (whatever its length), and the bytes of
-    it read so far."""
-
-    async def record(self, response: httpx2.Response) -> None:
-        if response.request.method == "POST":
-            status = response.status_code
-            self.http_status = status if status >= 400 else None
-            if self.max_line is not None and isinstance(response.stream, httpx2.AsyncByteStream):
-                self.posted = Oversized()  # the last POST's answer: the call's
-                response.stream = _Head(response.stream, self.max_line, self.posted)
-
-
 async def _exchange(
     config: McpServerConfig,
     server: str | None,
     timeout: float,
-    action: Callable[[ClientSession, _Exchange], Awaitable[T]],
+    action: Callable[[ClientSession, Exchange], Awaitable[T]],
     *,
     max_line: int | None = None,
 ) -> T:
     """Open a session, run ``action`` on it, close it; transport failures become the builtins."""
-    exchange = _Exchange(label=_label(config, server), max_line=max_line)
+    exchange = Exchange(label=server_label(config, server), max_line=max_line)
     try:
         with anyio.fail_after(timeout):
-            async with _session(config, exchange, timeout) as session:
+            async with opened_session(config, exchange, timeout) as session:
                 return await action(session, exchange)
     except TimeoutError as error:
-        raise _timed_out(exchange, timeout) from error
+        raise timed_out(exchange, timeout) from error
     except Exception as error:
-        failure = next(
-            (found for leaf in _leaves(error) if (found := _failure(leaf, exchange, timeout))),
-            None,
-        )
-        if failure is None:
+        worded = failure(error, exchange, timeout)
+        if worded is None:
             raise
-        raise failure from error
+        raise worded from error
 
 
-@asynccontextmanager
-async def _session(
-    config: McpServerConfig, exchange: _Exchange, timeout: float
-) -> AsyncIterator[ClientSession]:
-    """An initialized session over the transport ``config`` names."""
-    async with _streams(config, exchange, timeout) as (read, write):
-        async with ClientSession(read, write, client_info=_CLIENT_INFO) as session:
-            try:
-                await session.initialize()
-            except RuntimeError as error:  # e.g. no protocol version in common
-                exchange.failure = ConnectionError(f"{exchange.label} cannot be used: {error}")
-                raise exchange.failure from error
-            yield session
-
-
-@asynccontextmanager
-async def _streams(
-    config: McpServerConfig, exchange: _Exchange, timeout: float
-) -> AsyncIterator[Any]:
-    """The read and write streams of a stdio or Streamable HTTP transport."""
-    if config.command is not None:
-        program, *arguments = config.command
-        parameters = StdioServerParameters(
-            command=program, args=arguments, env=config.env or None, cwd=config.cwd
-        )
-        if sys.platform == "win32":  # the bounded transport stops process groups the POSIX way
-            async with stdio_client(parameters) as streams:
-                yield streams
-            return
-        async with bounded_stdio(parameters, exchange.max_line, exchange.oversized) as streams:
-            yield streams
-        return
-    assert config.url is not None
-    http = httpx2.AsyncClient(
-        headers=config.headers,
-        timeout=httpx2.Timeout(timeout),
-        event_hooks={"response": [exchange.record]},
+def failure(
+    error: BaseException, exchange: Exchange, timeout: float
+) -> ConnectionError | TimeoutError | None:
+    """The builtin a transport failure (in exception groups or not) becomes, or ``None``."""
+    return next(
+        (found for leaf in leaves(error) if (found := _failure(leaf, exchange, timeout))), None
     )
-    events = exchange.max_line if exchange.max_line is not None else _SSE_EVENT_DEFAULT
-    async with (
-        http,
-        streamable_http_client(config.url, http_client=http, max_sse_event_size=events) as streams,
-    ):
-        yield streams
 
 
-def _leaves(error: BaseException) -> Iterator[BaseException]:
+def leaves(error: BaseException) -> Iterator[BaseException]:
     """The exceptions inside (nested) exception groups: the SDK's task groups wrap every error."""
     if isinstance(error, BaseExceptionGroup):
         for inner in error.exceptions:
-            yield from _leaves(inner)
+            yield from leaves(inner)
     else:
         yield error
 
 
 def _failure(
-    error: BaseException, exchange: _Exchange, timeout: float
+    error: BaseException, exchange: Exchange, timeout: float
 ) -> ConnectionError | TimeoutError | None:
     """The builtin a transport failure becomes, or ``None`` for an error that is no such failure."""
     label = exchange.label
     if error is exchange.failure:
         return exchange.failure
     if isinstance(error, TimeoutError | httpx2.TimeoutException):
-        return _timed_out(exchange, timeout)
+        return timed_out(exchange, timeout)
     if isinstance(error, MCPError):
         return _mcp_failure(error, exchange, timeout)
     if isinstance(error, httpx2.TransportError):
@@ -394,7 +321,7 @@ def _failure(
 
 
 def _mcp_failure(
-    error: MCPError, exchange: _Exchange, timeout: float
+    error: MCPError, exchange: Exchange, timeout: float
 ) -> ConnectionError | TimeoutError:
     label = exchange.label
     status = exchange.http_status
@@ -410,7 +337,7 @@ def _mcp_failure(
             f"{label} answered HTTP {status}; check that the server is healthy (its logs)"
         )
     if error.code == types.REQUEST_TIMEOUT:
-        return _timed_out(exchange, timeout)
+        return timed_out(exchange, timeout)
     if error.code == types.CONNECTION_CLOSED:
         return ConnectionError(
             f"{label} closed the connection; check that it is an MCP server that stays up "
@@ -421,14 +348,14 @@ def _mcp_failure(
     )
 
 
-def _timed_out(exchange: _Exchange, timeout: float) -> TimeoutError:
+def timed_out(exchange: Exchange, timeout: float) -> TimeoutError:
     return TimeoutError(
         f"{exchange.label} did not answer within {timeout:g} s; check that it is up and not "
         f"overloaded, or give it longer with timeout_seconds in {SETTING}"
     )
 
 
-def _label(config: McpServerConfig, server: str | None) -> str:
+def server_label(config: McpServerConfig, server: str | None) -> str:
     """How messages name the server: its name and where it is, without secrets.
 
     A URL loses its user info, query and fragment; a command shows only its program, since
@@ -444,3 +371,18 @@ def _label(config: McpServerConfig, server: str | None) -> str:
         assert config.command is not None
         where = f"command {config.command[0]!r}"
     return f"MCP server {server!r} ({where})" if server else f"MCP server ({where})"
+
+
+def broken_outcome(label: str, *, in_session: bool) -> ToolOutcome:
+    """What the model reads when a kept connection was lost after the call was sent
+    (``errands.adapters.mcp.pool``)."""
+    text = (
+        f"{label} exited or closed the connection during the call, so the call may or may not "
+        "have taken effect; check before calling it again."
+    )
+    if in_session:
+        text += (
+            " Its session was lost with it: the server's state from earlier calls is lost, and "
+            "the next call starts a new session."
+        )
+    return ToolOutcome(text=text, is_error=True)

@@ -30,19 +30,45 @@ Failures are worded as in ``errands.adapters.mcp.client``:
   session, that the server's state is lost.
 
 This module imports the ``mcp`` SDK (a second): only a worker that calls a server imports it.
+
+Reading bounds: over stdio each request sets its own bound on one answer (``max_bytes``, as
+``client.call_tool``; a call without one, and a listing, read at most 16 MiB of one line), so
+one process serves calls of any ``max_bytes``. Over HTTP the bound is the SDK's event limit,
+fixed when the session opens: a shared call takes a connection opened with its own bound (or
+opens one); a ``task``/``branch`` session keeps the bound of its first call and a later call
+with another ``max_bytes`` is cut to it in the call (the text is capped all the same).
+
+A call that does not answer within its timeout raises ``TimeoutError`` (worded as the client
+words it) and its connection is dropped with its process killed: a server that hangs or floods
+its stdout is never reused. Over HTTP a session the server forgot (HTTP 404 on its
+``mcp-session-id``: the request did not run) is reopened and the request sent once more; for a
+``task``/``branch`` session that is reported as lost (``"exited"``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
-from errands.adapters.mcp.config import McpServerConfig, McpTool, ToolOutcome
+from mcp.client.session import ClientSession
 
+from errands.adapters.mcp import client
+from errands.adapters.mcp._connection import Broken, Connection, Exchange, Unsent
+from errands.adapters.mcp.client import broken_outcome, server_label
+from errands.adapters.mcp.config import SETTING, McpServerConfig, McpTool, ToolOutcome
+
+T = TypeVar("T")
 Lost = Literal["exited", "idle", "evicted"]
 """Why a session of this worker ended without ``close_scope``: its process exited (or its
 transport broke), it was idle past ``idle_seconds``, or the process bound needed its place."""
+
+MAX_PROCESSES_SETTING = "ERRANDS_MCP_MAX_PROCESSES"
+_STDIO_LINE = 16 * 1024 * 1024
+"""The most bytes of one stdio answer read when the request sets no bound (a listing)."""
+_REAP_AT_LEAST_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -66,16 +92,55 @@ class PoolStats:
     """Open ``task``/``branch`` sessions."""
 
 
+@dataclass(eq=False)
+class _Session:
+    """A key's session: its connection (None between two), and its calls, one at a time."""
+
+    connection: Connection | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    """Calls running or waiting for the lock: a session with users is never evicted."""
+    last_used: float = 0.0
+
+
 class McpPool:
     """Every MCP connection of one worker; use it from the worker's event loop only."""
 
     def __init__(self, servers: Mapping[str, McpServerConfig], *, max_processes: int = 32) -> None:
-        raise NotImplementedError
+        self._servers = dict(servers)
+        self._max = max_processes
+        self._open: set[Connection] = set()
+        """Every connection opening or open (a retired one leaves at once)."""
+        self._idle: dict[str, list[Connection]] = {}
+        """Idle shared connections per server, the most recently used last."""
+        self._sessions: dict[SessionKey, _Session] = {}
+        self._lost: dict[SessionKey, Lost] = {}
+        self._listings: dict[str, tuple[float, list[McpTool]]] = {}
+        self._list_epoch: dict[str, int] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._reaper: asyncio.Task[None] | None = None
+
+    # -- the public calls ------------------------------------------------------------------------
 
     async def list_tools(self, server: str, *, timeout: float) -> list[McpTool]:
         """The server's tools that its ``tools`` setting allows, from the cache or listed now on a
         shared connection. ``ConnectionError`` / ``TimeoutError`` as above."""
-        raise NotImplementedError
+        config = self._config(server)
+        now = asyncio.get_running_loop().time()
+        cached = self._listings.get(server)
+        if cached is not None and cached[0] > now:
+            return list(cached[1])
+        epoch = self._list_epoch.get(server, 0)
+        try:
+            listed = await self._shared(server, config, client.every_page, timeout, None)
+        except Broken as broken:  # a listing changes nothing: asking again is safe
+            raise broken.cause from None
+        tools = client.allowed(config, listed)
+        if config.list_ttl_seconds > 0 and self._list_epoch.get(server, 0) == epoch:
+            self._listings[server] = (now + config.list_ttl_seconds, tools)
+        return list(tools)
 
     async def call(
         self,
@@ -89,7 +154,16 @@ class McpPool:
     ) -> ToolOutcome:
         """One call on a shared connection (``client.call_tool``'s contract: the idempotency key in
         ``_meta``, ``max_bytes``, a tool the ``tools`` setting does not allow refused unsent)."""
-        raise NotImplementedError
+        config = self._config(server)
+        refused = client.refusal(config, tool)
+        if refused is not None:
+            return refused
+        action = client.caller(tool, arguments, idempotency_key, max_bytes)
+        line = client.line_for(max_bytes)
+        try:
+            return await self._shared(server, config, action, timeout, line)
+        except Broken:
+            return broken_outcome(server_label(config, server), in_session=False)
 
     async def session_call(
         self,
@@ -106,21 +180,343 @@ class McpPool:
         key on this worker ended without ``close_scope``, why (``Lost``); ``None`` when the call
         ran in the session that was there, or in the first one this worker opened for the key.
         ``ConnectionError`` / ``TimeoutError`` only when the session could not be opened."""
-        raise NotImplementedError
+        config = self._config(key.server)
+        refused = client.refusal(config, tool)
+        if refused is not None:
+            return refused, None
+        action = client.caller(tool, arguments, idempotency_key, max_bytes)
+        line = client.line_for(max_bytes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._start_reaper()
+        entry = self._sessions.setdefault(key, _Session())
+        entry.users += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await entry.lock.acquire()
+            except TimeoutError:
+                label = server_label(config, key.server)
+                raise TimeoutError(
+                    f"{label}: the session's previous call was still running after {timeout:g} s; "
+                    "its calls run one after another"
+                ) from None
+            try:
+                return await self._in_session(key, entry, config, action, deadline, timeout, line)
+            finally:
+                entry.lock.release()
+        finally:
+            entry.users -= 1
+            entry.last_used = loop.time()
+            self._notify()
 
     def holds(self, key: SessionKey) -> bool:
         """Whether this worker has ``key``'s session open now."""
-        raise NotImplementedError
+        entry = self._sessions.get(key)
+        return entry is not None and entry.connection is not None and entry.connection.alive
 
     async def close_scope(self, scope: str) -> int:
         """Close every session of ``scope`` (each server sees its session end: stdin closed and the
         process gone, or the HTTP session deleted); how many were open. Forgets the scope, so a
         later call opens a new session without reporting it lost."""
-        raise NotImplementedError
+        closing: list[asyncio.Task[None]] = []
+        count = 0
+        for key in [key for key in self._sessions if key.scope == scope]:
+            entry = self._sessions.pop(key)
+            if entry.connection is not None:
+                count += entry.connection.alive
+                closing.append(self._retire(entry.connection))
+                entry.connection = None
+        for key in [key for key in self._lost if key.scope == scope]:
+            del self._lost[key]
+        if closing:
+            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
+        return count
 
     def stats(self) -> PoolStats:
-        raise NotImplementedError
+        live = [c for c in self._open if c.alive or c.busy]
+        return PoolStats(
+            processes=sum(1 for c in live if c.stdio),
+            connections=len(live),
+            sessions=sum(1 for key in self._sessions if self.holds(key)),
+        )
 
     async def aclose(self) -> None:
         """Close every connection and wait for every process to exit (the worker stops)."""
-        raise NotImplementedError
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        for connection in list(self._open):
+            self._retire(connection)
+        self._sessions.clear()
+        self._lost.clear()
+        while self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+
+    # -- shared connections and sessions ---------------------------------------------------------
+
+    async def _shared(
+        self,
+        server: str,
+        config: McpServerConfig,
+        action: Callable[[ClientSession, Exchange], Awaitable[T]],
+        timeout: float,
+        line: int | None,
+    ) -> T:
+        """``action`` on an idle shared connection of ``server``, or a new one; sent once more on
+        a fresh connection when the first failed before the request reached the server."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        self._start_reaper()
+        for attempt in range(2):
+            connection = await self._checkout(server, config, deadline, timeout, line)
+            try:
+                result = await self._run(connection, action, deadline, timeout, line)
+            except Unsent as unsent:
+                if attempt:
+                    raise unsent.cause from None
+                continue
+            connection.busy = False
+            connection.last_used = asyncio.get_running_loop().time()
+            self._idle.setdefault(server, []).append(connection)
+            self._notify()
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _checkout(
+        self,
+        server: str,
+        config: McpServerConfig,
+        deadline: float,
+        timeout: float,
+        line: int | None,
+    ) -> Connection:
+        """An idle shared connection of ``server`` (HTTP: opened with the bound ``line``), now
+        busy, or a new one."""
+        while True:
+            idle = self._idle.get(server, [])
+            for connection in reversed(idle):
+                if connection.alive and (connection.stdio or connection.events_limit == line):
+                    idle.remove(connection)
+                    connection.busy = True
+                    return connection
+            if config.command is None or self._room() or self._evict_one():
+                return await self._open_connection(server, config, None, deadline, timeout, line)
+            await self._wait_change(deadline, timeout)
+
+    async def _in_session(
+        self,
+        key: SessionKey,
+        entry: _Session,
+        config: McpServerConfig,
+        action: Callable[[ClientSession, Exchange], Awaitable[ToolOutcome]],
+        deadline: float,
+        timeout: float,
+        line: int | None,
+    ) -> tuple[ToolOutcome, Lost | None]:
+        """The call in ``entry``'s connection, opened first when there is none; the caller holds
+        the session's lock."""
+        now = asyncio.get_running_loop().time()
+        held = entry.connection
+        if held is not None and held.alive and now - held.last_used > config.idle_seconds:
+            self._expire(held)  # the reaper had not come round to it yet
+        lost: Lost | None = None
+        for attempt in range(2):
+            held = entry.connection
+            if held is not None and not held.alive:
+                self._lost.setdefault(key, "exited")
+                entry.connection = None
+            if entry.connection is None:
+                lost = lost or self._lost.pop(key, None)
+                try:
+                    entry.connection = await self._open_connection(
+                        key.server, config, key, deadline, timeout, line
+                    )
+                except BaseException:
+                    if lost is not None:
+                        self._lost[key] = lost  # nothing ran: the next call tells it
+                    raise
+            connection = entry.connection
+            assert connection is not None
+            connection.busy = True
+            try:
+                outcome = await self._run(connection, action, deadline, timeout, line)
+            except Unsent as unsent:  # the server forgot the session: the request did not run
+                entry.connection = None
+                lost = "exited"
+                if attempt:
+                    raise unsent.cause from None
+                continue
+            except Broken:
+                entry.connection = None
+                self._lost[key] = "exited"
+                return broken_outcome(server_label(config, key.server), in_session=True), lost
+            except BaseException:
+                entry.connection = None
+                self._lost[key] = "exited"
+                raise
+            connection.busy = False
+            connection.last_used = asyncio.get_running_loop().time()
+            self._wake.set()
+            return outcome, lost
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- opening, running, retiring --------------------------------------------------------------
+
+    async def _open_connection(
+        self,
+        server: str,
+        config: McpServerConfig,
+        key: SessionKey | None,
+        deadline: float,
+        timeout: float,
+        line: int | None,
+    ) -> Connection:
+        """A new connection, busy; for a stdio server once a process may start, waiting for one
+        (within the deadline) when every one is busy."""
+        while config.command is not None and not self._room() and not self._evict_one():
+            await self._wait_change(deadline, timeout)
+        limit = line if config.command is None else (line or _STDIO_LINE)
+        connection = Connection(
+            config,
+            Exchange(label=server_label(config, server), max_line=limit),
+            server=server,
+            key=key,
+            on_list_changed=lambda: self._tools_changed(server),
+            on_end=self._forget,
+        )
+        self._open.add(connection)
+        try:
+            await connection.start(deadline, timeout)
+        except BaseException:
+            self._retire(connection, kill=True)
+            raise
+        return connection
+
+    async def _run(
+        self,
+        connection: Connection,
+        action: Callable[[ClientSession, Exchange], Awaitable[T]],
+        deadline: float,
+        timeout: float,
+        line: int | None,
+    ) -> T:
+        """``Connection.run``; a connection that failed is closed."""
+        try:
+            return await connection.run(
+                action, deadline=deadline, timeout=timeout, max_line=line or _STDIO_LINE
+            )
+        except BaseException:
+            self._retire(connection, kill=True)
+            raise
+
+    def _retire(self, connection: Connection, *, kill: bool = False) -> asyncio.Task[None]:
+        """Take ``connection`` out of the pool now and close it in the background (``kill``: its
+        process killed first); the task that closes it, which ``aclose`` waits for."""
+        self._forget(connection)
+        if kill:
+            connection.kill()
+        task = asyncio.create_task(connection.close())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        return task
+
+    def _forget(self, connection: Connection) -> None:
+        if connection not in self._open:
+            return
+        self._open.discard(connection)
+        idle = self._idle.get(connection.server, [])
+        if connection in idle:
+            idle.remove(connection)
+        self._notify()
+
+    def _room(self) -> bool:
+        return sum(1 for c in self._open if c.stdio) < self._max
+
+    def _evict_one(self) -> bool:
+        """Close an idle stdio connection to make room: an idle shared one first, else the least
+        recently used idle session (told as ``"evicted"`` at its next call). Whether one was."""
+        shared = [c for idle in self._idle.values() for c in idle if c.stdio]
+        if shared:
+            self._retire(min(shared, key=lambda c: c.last_used))
+            return True
+        idle_sessions = [
+            (entry.last_used, key)
+            for key, entry in self._sessions.items()
+            if entry.users == 0 and entry.connection is not None and entry.connection.stdio
+        ]
+        if not idle_sessions:
+            return False
+        _, key = min(idle_sessions, key=lambda found: found[0])
+        entry = self._sessions.pop(key)
+        assert entry.connection is not None
+        self._retire(entry.connection)
+        self._lost[key] = "evicted"
+        return True
+
+    def _notify(self) -> None:
+        """Wake the calls waiting for a process slot: something was given back or closed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+        self._wake.set()
+
+    async def _wait_change(self, deadline: float, timeout: float) -> None:
+        changed = self._changed
+        try:
+            async with asyncio.timeout_at(deadline):
+                await changed.wait()
+        except TimeoutError:
+            raise TimeoutError(
+                f"every one of the {self._max} MCP server processes this worker may run "
+                f"({MAX_PROCESSES_SETTING}) was busy for {timeout:g} s; raise "
+                f"{MAX_PROCESSES_SETTING} or run fewer calls at once"
+            ) from None
+
+    # -- idle connections and listings -----------------------------------------------------------
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap())
+
+    async def _reap(self) -> None:
+        """Close connections idle past their server's ``idle_seconds``, for as long as the pool
+        lives (``aclose`` cancels it)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            wake_at = now + _REAP_AT_LEAST_EVERY
+            for connection in list(self._open):
+                if connection.busy or not connection.alive:
+                    continue
+                due = connection.last_used + self._servers[connection.server].idle_seconds
+                if due <= now:
+                    self._expire(connection)
+                else:
+                    wake_at = min(wake_at, due)
+            self._wake.clear()
+            with suppress(TimeoutError):
+                async with asyncio.timeout_at(wake_at):
+                    await self._wake.wait()
+
+    def _expire(self, connection: Connection) -> None:
+        """Close an idle connection; a session's is told as ``"idle"`` at its next call."""
+        key = connection.key
+        if isinstance(key, SessionKey):
+            entry = self._sessions.get(key)
+            if entry is not None and entry.connection is connection:
+                entry.connection = None
+                self._lost[key] = "idle"
+                if entry.users == 0:
+                    del self._sessions[key]
+        self._retire(connection)
+
+    def _tools_changed(self, server: str) -> None:
+        self._listings.pop(server, None)
+        self._list_epoch[server] = self._list_epoch.get(server, 0) + 1
+
+    def _config(self, server: str) -> McpServerConfig:
+        config = self._servers.get(server)
+        if config is None:
+            raise ValueError(f"no MCP server {server!r} in {SETTING} on this worker")
+        return config

@@ -1,0 +1,351 @@
+"""One MCP connection kept open: an initialized ``ClientSession`` over stdio or Streamable HTTP.
+
+The SDK's transports and its session are async context managers whose anyio task groups must be
+entered and left by one task, so a ``Connection`` has a task of its own that opens them, holds
+them while the connection is in use, and leaves them when it is closed, when its process exits
+(stdout ended) or when its transport fails. Requests are made from the callers' tasks, one at a
+time: the pool hands a connection to one call at a time, so each request has the connection's
+bookkeeping (the ``Exchange``: HTTP status, the head of an oversized answer) to itself.
+
+``start`` and ``run`` word failures as the one-shot client does (``ConnectionError``,
+``TimeoutError``: nothing ran), and say whether a request that failed on an open connection
+reached the server: ``Unsent`` (it did not: the caller may send it again) or ``Broken`` (it may
+have run). A connection that failed in any way, or did not answer in time, has its process
+killed and is not used again. ``opened_session`` (one initialized session over the configured
+transport) is shared with the one-shot client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from typing import Any, TypeVar
+
+import httpx2
+from mcp import types
+from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from errands.adapters.mcp._stdio import Oversized, Reading, bounded_stdio
+from errands.adapters.mcp.config import McpServerConfig
+
+T = TypeVar("T")
+
+
+class Unsent(Exception):
+    """A request failed before it reached the server (over HTTP: the connection was refused, or
+    the server forgot the session): it did not run. ``cause`` is the failure, worded."""
+
+    def __init__(self, cause: ConnectionError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class Broken(Exception):
+    """The connection failed after the request was sent: it may have run. ``cause`` is the
+    failure, worded."""
+
+    def __init__(self, cause: ConnectionError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+_CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
+_SSE_EVENT_DEFAULT = 1024 * 1024
+"""The SDK's own limit on one event, for exchanges that set none (listing tools)."""
+
+
+class _Head(httpx2.AsyncByteStream):
+    """An HTTP answer's body as the SDK reads it, its first ``keep`` bytes kept in
+    ``oversized`` (and every byte read counted): the head of an answer the SDK stops reading at
+    its event limit, shown as stdio shows one."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, keep: int, oversized: Oversized) -> None:
+        self._stream, self._keep, self._oversized = stream, keep, oversized
+        self._head = bytearray()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            if len(self._head) < self._keep:
+                self._head += chunk[: self._keep - len(self._head)]
+                self._oversized.head = bytes(self._head)
+            self._oversized.size += len(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+@dataclass(kw_only=True)
+class Exchange(Reading):
+    """One session's bookkeeping: the server's label for messages, and the last HTTP refusal.
+
+    The SDK turns a POST answered with an HTTP error status into a generic JSON-RPC error
+    ("Server returned an error response"); the status, recorded here by an httpx event hook, is
+    what tells the operator to check a token or a URL.
+    """
+
+    label: str
+    http_status: int | None = None
+    """The status of the last POST, when it was an error (400 or above)."""
+    failure: ConnectionError | None = None
+    """A failure raised inside the session, already worded. ``max_line`` (``Reading``) is the
+    most bytes of one answer the transport reads: a stdio line, or an HTTP event (the SDK's
+    ``max_sse_event_size``); over stdio ``oversized`` holds the head of a longer one."""
+    posted: Oversized = field(default_factory=Oversized)
+    """Over HTTP: the head of the last POST's answer (whatever its length), and the bytes of
+    it read so far."""
+
+    async def record(self, response: httpx2.Response) -> None:
+        if response.request.method == "POST":
+            status = response.status_code
+            self.http_status = status if status >= 400 else None
+            if self.max_line is not None and isinstance(response.stream, httpx2.AsyncByteStream):
+                self.posted = Oversized()  # the last POST's answer: the call's
+                response.stream = _Head(response.stream, self.max_line, self.posted)
+
+
+@asynccontextmanager
+async def opened_session(
+    config: McpServerConfig,
+    exchange: Exchange,
+    timeout: float,
+    message_handler: MessageHandlerFnT | None = None,
+) -> AsyncIterator[ClientSession]:
+    """An initialized session over the transport ``config`` names."""
+    async with _streams(config, exchange, timeout) as (read, write):
+        async with ClientSession(
+            read, write, client_info=_CLIENT_INFO, message_handler=message_handler
+        ) as session:
+            try:
+                await session.initialize()
+            except RuntimeError as error:  # e.g. no protocol version in common
+                exchange.failure = ConnectionError(f"{exchange.label} cannot be used: {error}")
+                raise exchange.failure from error
+            yield session
+
+
+@asynccontextmanager
+async def _streams(
+    config: McpServerConfig, exchange: Exchange, timeout: float
+) -> AsyncIterator[Any]:
+    """The read and write streams of a stdio or Streamable HTTP transport."""
+    if config.command is not None:
+        program, *arguments = config.command
+        parameters = StdioServerParameters(
+            command=program, args=arguments, env=config.env or None, cwd=config.cwd
+        )
+        if sys.platform == "win32":  # the bounded transport stops process groups the POSIX way
+            async with stdio_client(parameters) as streams:
+                yield streams
+            return
+        async with bounded_stdio(parameters, exchange) as streams:
+            yield streams
+        return
+    assert config.url is not None
+    http = httpx2.AsyncClient(
+        headers=config.headers,
+        timeout=httpx2.Timeout(timeout),
+        event_hooks={"response": [exchange.record]},
+    )
+    events = exchange.max_line if exchange.max_line is not None else _SSE_EVENT_DEFAULT
+    async with (
+        http,
+        streamable_http_client(config.url, http_client=http, max_sse_event_size=events) as streams,
+    ):
+        yield streams
+
+
+class Connection:
+    """One initialized session with one server, held open by a task of its own until ``close``.
+
+    ``server`` and ``key`` say whose it is (the pool's bookkeeping: ``key`` is the session's
+    ``SessionKey``, ``None`` for a shared connection); ``busy`` and ``last_used`` are the pool's.
+    """
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        exchange: Exchange,
+        *,
+        server: str,
+        key: object | None = None,
+        on_list_changed: Callable[[], None] | None = None,
+        on_end: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.config, self.exchange, self.server, self.key = config, exchange, server, key
+        self.stdio = config.command is not None
+        self.events_limit = exchange.max_line
+        """Over HTTP, the most bytes of one answer (the SDK's event limit), fixed when it opens."""
+        self.busy = True
+        self.last_used = asyncio.get_running_loop().time()
+        self.error: BaseException | None = None
+        """What ended the connection's task, when it ended with an error."""
+        self._on_list_changed, self._on_end = on_list_changed, on_end
+        self._session: ClientSession | None = None
+        self._closing = asyncio.Event()
+        self._ended = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        exchange.on_end = self._closing.set  # the process exited: close what is left
+
+    @property
+    def alive(self) -> bool:
+        """Whether it is open and usable: initialized, neither closing nor ended."""
+        return self._session is not None and not self._closing.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (stdio), once started."""
+        process = self.exchange.process
+        return None if process is None else process.pid
+
+    async def open(self, timeout: float) -> None:
+        """Start the transport and initialize the session within ``timeout`` seconds; raises
+        what the SDK raised, or ``TimeoutError``. On failure the caller closes it (``kill``)."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._task = asyncio.create_task(self._hold(ready, timeout))
+        async with asyncio.timeout(timeout):
+            await asyncio.shield(ready)
+
+    async def start(self, deadline: float, timeout: float) -> None:
+        """``open`` by the loop time ``deadline``, a failure worded as the client words it
+        (``TimeoutError`` within ``timeout``, ``ConnectionError``), the process then killed."""
+        from errands.adapters.mcp.client import failure, timed_out  # it imports this module
+
+        try:
+            await self.open(max(deadline - asyncio.get_running_loop().time(), 0.001))
+        except TimeoutError:
+            self.kill()
+            raise timed_out(self.exchange, timeout) from None
+        except Exception as error:
+            self.kill()
+            worded = failure(error, self.exchange, timeout)
+            if worded is None:
+                raise
+            raise worded from error
+        except BaseException:
+            self.kill()
+            raise
+
+    async def run(
+        self,
+        action: Callable[[ClientSession, Exchange], Awaitable[T]],
+        *,
+        deadline: float,
+        timeout: float,
+        max_line: int | None,
+    ) -> T:
+        """``request``, a failure worded: ``TimeoutError`` (no answer by ``deadline``, or a
+        transport's timeout), ``Unsent`` or ``Broken``. After any failure the connection is
+        done with: its process killed, the caller closes it."""
+        from errands.adapters.mcp.client import failure, leaves, timed_out
+
+        try:
+            return await self.request(action, deadline=deadline, max_line=max_line)
+        except TimeoutError:
+            self.kill()
+            raise timed_out(self.exchange, timeout) from None
+        except Exception as error:
+            self.kill()
+            worded = failure(error, self.exchange, timeout)
+            if worded is None:
+                raise
+            if isinstance(worded, TimeoutError):
+                raise worded from error
+            if not self.stdio:
+                # 404 on the session's id: the server forgot it (it was initialized, so the
+                # url is right); a refused connection ends the transport's task.
+                refused = await self.ended(within=1.0) and self.error is not None
+                if self.exchange.http_status == 404 or (
+                    refused
+                    and self.error is not None
+                    and any(isinstance(leaf, httpx2.ConnectError) for leaf in leaves(self.error))
+                ):
+                    raise Unsent(worded) from error
+            raise Broken(worded) from error
+        except BaseException:
+            self.kill()
+            raise
+
+    async def _hold(self, ready: asyncio.Future[None], timeout: float) -> None:
+        try:
+            async with opened_session(self.config, self.exchange, timeout, self._notified) as s:
+                self._session = s
+                ready.set_result(None)
+                await self._closing.wait()
+        except BaseException as error:  # noqa: BLE001 - the task's end is the connection's end
+            self.error = error
+            if not ready.done():
+                failed = error if isinstance(error, Exception) else ConnectionError("closed")
+                ready.set_exception(failed)
+        finally:
+            self._session = None
+            self._closing.set()
+            self._ended.set()
+            if self._on_end is not None:
+                self._on_end(self)
+
+    async def _notified(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification) and self._on_list_changed:
+            self._on_list_changed()
+
+    async def request(
+        self,
+        action: Callable[[ClientSession, Exchange], Awaitable[T]],
+        *,
+        deadline: float,
+        max_line: int | None,
+    ) -> T:
+        """Run ``action`` on the session, from the caller's task, by the loop time ``deadline``
+        (``TimeoutError`` after it). ``max_line`` bounds each answer over stdio; over HTTP the
+        bound is the one it opened with."""
+        session = self._session
+        if session is None or self._closing.is_set():
+            raise ConnectionError(f"{self.exchange.label} closed the connection")
+        exchange = self.exchange
+        exchange.oversized, exchange.posted = Oversized(), Oversized()
+        exchange.http_status, exchange.failure = None, None
+        if self.stdio:
+            exchange.max_line = max_line
+        async with asyncio.timeout_at(deadline):
+            return await action(session, exchange)
+
+    async def ended(self, within: float) -> bool:
+        """Wait up to ``within`` seconds for the connection's task to end; whether it has."""
+        with suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await self._ended.wait()
+        return self._ended.is_set()
+
+    def kill(self) -> None:
+        """End the server's process group at once (a server that hangs or floods is not asked)."""
+        process = self.exchange.process
+        if process is None or process.returncode is not None:
+            return
+        with suppress(ProcessLookupError, PermissionError):
+            if sys.platform == "win32":
+                process.kill()
+            else:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    async def close(self, *, within: float = 10.0) -> None:
+        """Close the session: stdin closed and the process waited for (the SDK's grace, then
+        terminated), or the HTTP session deleted; after ``within`` seconds its task is cancelled.
+        Returns once the task ended and the process was reaped."""
+        self._closing.set()
+        task = self._task
+        if task is None:
+            return
+        if not await self.ended(within):
+            self.kill()
+            task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
