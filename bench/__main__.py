@@ -24,6 +24,7 @@ from bench import (
     b5_cache,
     b6_parked,
     b7_markdown,
+    b8_sessions,
 )
 from bench._measure import child_pids, load_average
 from bench._report import DOC, load_results, machine, now, render, save_results
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, ModuleType] = {
     "B5": b5_cache,
     "B6": b6_parked,
     "B7": b7_markdown,
+    "B8": b8_sessions,
 }
 
 

@@ -1,13 +1,14 @@
 """The benchmarks' model: a zero-latency, rule-driven responder for the scripted model server.
 
 The task's shape travels in the model name, so one server answers every benchmark and every
-task without per-task scripting: ``bench-d{D}-b{B}[-ask][-slow]`` delegates ``D`` rounds of
-``B`` branches each, then replies; with ``-ask`` it asks the user one question once its
-delegations are done (at once with ``d0``) and waits for the answer before replying;
+task without per-task scripting: ``bench-d{D}-b{B}[-ask][-slow][-tool][-main-tool]`` delegates
+``D`` rounds of ``B`` branches each, then replies; with ``-ask`` it asks the user one question
+once its delegations are done (at once with ``d0``) and waits for the answer before replying;
 with ``-slow`` every round after the first delegation takes ``SLOW_SECONDS`` to answer (a window
 for a side question while a round is in flight); with ``-tool`` each branch calls the first MCP
-tool its request offers (``mcp__…``) once, then answers in text. A side question gets a short
-plain answer, a compaction's summary call a short summary.
+tool its request offers (``mcp__…``) once, then answers in text; with ``-main-tool`` the main
+agent does the same in its first round before it goes on (replies, with ``d0``). A side question
+gets a short plain answer, a compaction's summary call a short summary.
 The rules read only the request, so a retried or replayed call gets the same answer.
 
 Model names beginning with ``peer-`` answer the OpenAI Agents peer of B3 (see ``bench._peer``).
@@ -39,12 +40,19 @@ TOOL_ARGUMENT = "lisbon"
 """What a ``-tool`` branch passes for each required string argument of the tool it calls."""
 
 _SHAPE = re.compile(
-    r"^bench-d(?P<rounds>\d+)-b(?P<branches>\d+)(?P<ask>-ask)?(?P<slow>-slow)?(?P<tool>-tool)?$"
+    r"^bench-d(?P<rounds>\d+)-b(?P<branches>\d+)(?P<ask>-ask)?(?P<slow>-slow)?(?P<tool>-tool)?"
+    r"(?P<main_tool>-main-tool)?$"
 )
 
 
 def model_name(
-    delegations: int, branches: int, *, ask: bool = False, slow: bool = False, tool: bool = False
+    delegations: int,
+    branches: int,
+    *,
+    ask: bool = False,
+    slow: bool = False,
+    tool: bool = False,
+    main_tool: bool = False,
 ) -> str:
     """The errands ``provider:model`` spec for a task of this shape."""
     return (
@@ -52,6 +60,7 @@ def model_name(
         + ("-ask" if ask else "")
         + ("-slow" if slow else "")
         + ("-tool" if tool else "")
+        + ("-main-tool" if main_tool else "")
     )
 
 
@@ -76,6 +85,10 @@ def responder(request: RecordedRequest) -> Reply | None:
             if call is not None:
                 return Reply(calls=[call])
         return _branch(messages)
+    if shape["main_tool"] and not any(m.get("role") == "tool" for m in messages):
+        call = _mcp_call(offered)
+        if call is not None:
+            return Reply(calls=[call])
     called = _called_tools(messages)
     delegations = called.count("delegate")
     if shape["ask"] and "ask_user" not in called and delegations >= int(shape["rounds"]):
