@@ -101,9 +101,7 @@ async def test_five_calls_of_one_session_run_in_one_process_counting_1_to_5(
     assert pool.holds(key) and pool.stats().sessions == 1
 
 
-async def test_two_sessions_have_a_process_and_a_counter_each(
-    pools: Pools, tmp_path: Path
-) -> None:
+async def test_two_sessions_have_a_process_and_a_counter_each(pools: Pools, tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     pool = pools({"c": stdio(events, session="branch")})
     one, two = SessionKey("thread-1", "c"), SessionKey("thread-2", "c")

@@ -13,6 +13,19 @@ reached the server: ``Unsent`` (it did not: the caller may send it again) or ``B
 have run). A connection that failed in any way, or did not answer in time, has its process
 killed and is not used again. ``opened_session`` (one initialized session over the configured
 transport) is shared with the one-shot client.
+
+Reading bounds: over stdio each request sets its own bound on one answer (``max_bytes``, as
+``client.call_tool``; a call without one, and a listing, read at most 16 MiB of one line), so
+one process serves calls of any ``max_bytes``. Over HTTP the bound is the SDK's event limit,
+fixed when the session opens: a shared call takes a connection opened with its own bound (or
+opens one); a ``task``/``branch`` session keeps the bound of its first call and a later call
+with another ``max_bytes`` is cut to it in the call (the text is capped all the same).
+
+A call that does not answer within its timeout raises ``TimeoutError`` (worded as the client
+words it) and its connection is dropped with its process killed: a server that hangs or floods
+its stdout is never reused. Over HTTP a session the server forgot (HTTP 404 on its
+``mcp-session-id``: the request did not run) is reopened and the request sent once more; for a
+``task``/``branch`` session that is reported as lost (``"exited"``).
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from importlib.metadata import version
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx2
 from mcp import types
@@ -37,6 +50,22 @@ from errands.adapters.mcp._stdio import Oversized, Reading, bounded_stdio
 from errands.adapters.mcp.config import McpServerConfig
 
 T = TypeVar("T")
+STDIO_LINE = 16 * 1024 * 1024
+"""The most bytes of one stdio answer read when a request sets no bound (a listing)."""
+
+
+@dataclass(frozen=True)
+class Request(Generic[T]):
+    """One request of a call or a listing: to which server, what it runs, by when (the loop's
+    time), within which timeout (for messages), and the most bytes of one answer read (None: no
+    bound of its own)."""
+
+    server: str
+    config: McpServerConfig
+    action: Callable[[ClientSession, Exchange], Awaitable[T]]
+    deadline: float
+    timeout: float
+    line: int | None
 
 
 class Unsent(Exception):
@@ -200,6 +229,16 @@ class Connection:
         """Whether it is open and usable: initialized, neither closing nor ended."""
         return self._session is not None and not self._closing.is_set()
 
+    def fits(self, line: int | None) -> bool:
+        """Whether it is alive and reads answers as a request bounded by ``line`` wants: over
+        stdio any (each request sets its own bound), over HTTP one opened with that bound."""
+        return self.alive and (self.stdio or self.events_limit == line)
+
+    def release(self) -> None:
+        """Its request is done: it is idle from now on."""
+        self.busy = False
+        self.last_used = asyncio.get_running_loop().time()
+
     @property
     def pid(self) -> int | None:
         """The server's process id (stdio), once started."""
@@ -212,50 +251,46 @@ class Connection:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._task = asyncio.create_task(self._hold(ready, timeout))
+        self._task.add_done_callback(self._done)  # even for a task cancelled before it ran
         async with asyncio.timeout(timeout):
             await asyncio.shield(ready)
 
-    async def start(self, deadline: float, timeout: float) -> None:
-        """``open`` by the loop time ``deadline``, a failure worded as the client words it
-        (``TimeoutError`` within ``timeout``, ``ConnectionError``), the process then killed."""
+    async def start(self, request: Request[Any]) -> None:
+        """``open`` by the request's deadline, a failure worded as the client words it
+        (``TimeoutError``, ``ConnectionError``), the process then killed."""
         from errands.adapters.mcp.client import failure, timed_out  # it imports this module
 
+        timeout = request.timeout
         try:
-            await self.open(max(deadline - asyncio.get_running_loop().time(), 0.001))
+            await self.open(max(request.deadline - asyncio.get_running_loop().time(), 0.001))
         except TimeoutError:
-            self.kill()
+            self.finish(kill=True)
             raise timed_out(self.exchange, timeout) from None
         except Exception as error:
-            self.kill()
+            self.finish(kill=True)
             worded = failure(error, self.exchange, timeout)
             if worded is None:
                 raise
             raise worded from error
         except BaseException:
-            self.kill()
+            self.finish(kill=True)
             raise
 
-    async def run(
-        self,
-        action: Callable[[ClientSession, Exchange], Awaitable[T]],
-        *,
-        deadline: float,
-        timeout: float,
-        max_line: int | None,
-    ) -> T:
-        """``request``, a failure worded: ``TimeoutError`` (no answer by ``deadline``, or a
+    async def run(self, request: Request[T]) -> T:
+        """``request``, a failure worded: ``TimeoutError`` (no answer by the deadline, or a
         transport's timeout), ``Unsent`` or ``Broken``. After any failure the connection is
         done with: its process killed, the caller closes it."""
         from errands.adapters.mcp.client import failure, leaves, timed_out
 
+        timeout, line = request.timeout, request.line or STDIO_LINE
         try:
-            return await self.request(action, deadline=deadline, max_line=max_line)
+            return await self.request(request.action, deadline=request.deadline, max_line=line)
         except TimeoutError:
-            self.kill()
+            self.finish(kill=True)
             raise timed_out(self.exchange, timeout) from None
         except Exception as error:
-            self.kill()
             worded = failure(error, self.exchange, timeout)
+            self.finish(kill=True)
             if worded is None:
                 raise
             if isinstance(worded, TimeoutError):
@@ -272,7 +307,7 @@ class Connection:
                     raise Unsent(worded) from error
             raise Broken(worded) from error
         except BaseException:
-            self.kill()
+            self.finish(kill=True)
             raise
 
     async def _hold(self, ready: asyncio.Future[None], timeout: float) -> None:
@@ -289,9 +324,18 @@ class Connection:
         finally:
             self._session = None
             self._closing.set()
-            self._ended.set()
-            if self._on_end is not None:
-                self._on_end(self)
+
+    @property
+    def done(self) -> bool:
+        """Whether its task has ended (the process, if any, reaped)."""
+        return self._ended.is_set()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._session = None
+        self._closing.set()
+        self._ended.set()
+        if self._on_end is not None:
+            self._on_end(self)
 
     async def _notified(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self._on_list_changed:
@@ -325,27 +369,34 @@ class Connection:
                 await self._ended.wait()
         return self._ended.is_set()
 
-    def kill(self) -> None:
-        """End the server's process group at once (a server that hangs or floods is not asked)."""
-        process = self.exchange.process
-        if process is None or process.returncode is not None:
+    def finish(self, *, kill: bool = False) -> None:
+        """Have the connection's task close it (stdin closed and the process waited for, the SDK's
+        grace then terminated; or the HTTP session deleted), without waiting for it. ``kill``:
+        end the process group at once and cancel the task instead (a server that hangs, floods or
+        failed is not asked)."""
+        self._closing.set()
+        if not kill:
             return
-        with suppress(ProcessLookupError, PermissionError):
-            if sys.platform == "win32":
-                process.kill()
-            else:
-                os.killpg(process.pid, signal.SIGKILL)
+        if self._on_end is not None:
+            self._on_end(self)  # not usable from now on: its place is free
+        process = self.exchange.process
+        if process is not None and process.returncode is None:
+            with suppress(ProcessLookupError, PermissionError):
+                if sys.platform == "win32":
+                    process.kill()
+                else:
+                    os.killpg(process.pid, signal.SIGKILL)
+        if self._task is not None:
+            self._task.cancel()
 
     async def close(self, *, within: float = 10.0) -> None:
-        """Close the session: stdin closed and the process waited for (the SDK's grace, then
-        terminated), or the HTTP session deleted; after ``within`` seconds its task is cancelled.
-        Returns once the task ended and the process was reaped."""
-        self._closing.set()
+        """``finish``, then wait for the task to end and the process to be reaped; after
+        ``within`` seconds it is killed."""
+        self.finish()
         task = self._task
         if task is None:
             return
         if not await self.ended(within):
-            self.kill()
-            task.cancel()
+            self.finish(kill=True)
         with suppress(asyncio.CancelledError):
             await task

@@ -29,20 +29,10 @@ Failures are worded as in ``errands.adapters.mcp.client``:
   ended): the tool may have run, so it is not retried; its text says what happened and, for a
   session, that the server's state is lost.
 
-This module imports the ``mcp`` SDK (a second): only a worker that calls a server imports it.
-
-Reading bounds: over stdio each request sets its own bound on one answer (``max_bytes``, as
-``client.call_tool``; a call without one, and a listing, read at most 16 MiB of one line), so
-one process serves calls of any ``max_bytes``. Over HTTP the bound is the SDK's event limit,
-fixed when the session opens: a shared call takes a connection opened with its own bound (or
-opens one); a ``task``/``branch`` session keeps the bound of its first call and a later call
-with another ``max_bytes`` is cut to it in the call (the text is capped all the same).
-
-A call that does not answer within its timeout raises ``TimeoutError`` (worded as the client
-words it) and its connection is dropped with its process killed: a server that hangs or floods
-its stdout is never reused. Over HTTP a session the server forgot (HTTP 404 on its
-``mcp-session-id``: the request did not run) is reopened and the request sent once more; for a
-``task``/``branch`` session that is reported as lost (``"exited"``).
+A call that does not answer within its timeout raises ``TimeoutError`` and its connection is
+dropped, its process killed; how each connection reads, bounds and reports a failure is
+``errands.adapters.mcp._connection``. This module imports the ``mcp`` SDK (a second): only a
+worker that calls a server imports it.
 """
 
 from __future__ import annotations
@@ -56,7 +46,14 @@ from typing import Any, Literal, TypeVar
 from mcp.client.session import ClientSession
 
 from errands.adapters.mcp import client
-from errands.adapters.mcp._connection import Broken, Connection, Exchange, Unsent
+from errands.adapters.mcp._connection import (
+    STDIO_LINE,
+    Broken,
+    Connection,
+    Exchange,
+    Request,
+    Unsent,
+)
 from errands.adapters.mcp.client import broken_outcome, server_label
 from errands.adapters.mcp.config import SETTING, McpServerConfig, McpTool, ToolOutcome
 
@@ -66,9 +63,6 @@ Lost = Literal["exited", "idle", "evicted"]
 transport broke), it was idle past ``idle_seconds``, or the process bound needed its place."""
 
 MAX_PROCESSES_SETTING = "ERRANDS_MCP_MAX_PROCESSES"
-_STDIO_LINE = 16 * 1024 * 1024
-"""The most bytes of one stdio answer read when the request sets no bound (a listing)."""
-_REAP_AT_LEAST_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -100,26 +94,24 @@ class _Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
     """Calls running or waiting for the lock: a session with users is never evicted."""
-    last_used: float = 0.0
 
 
 class McpPool:
     """Every MCP connection of one worker; use it from the worker's event loop only."""
 
     def __init__(self, servers: Mapping[str, McpServerConfig], *, max_processes: int = 32) -> None:
-        self._servers = dict(servers)
-        self._max = max_processes
+        self._servers, self._max = dict(servers), max_processes
         self._open: set[Connection] = set()
         """Every connection opening or open (a retired one leaves at once)."""
         self._idle: dict[str, list[Connection]] = {}
         """Idle shared connections per server, the most recently used last."""
         self._sessions: dict[SessionKey, _Session] = {}
         self._lost: dict[SessionKey, Lost] = {}
-        self._listings: dict[str, tuple[float, list[McpTool]]] = {}
-        self._list_epoch: dict[str, int] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()
-        self._wake = asyncio.Event()
+        self._listings: dict[str, tuple[float, list[McpTool]]] = {}  # until when, what
+        self._list_epoch: dict[str, int] = {}  # one more at each tools/list_changed
+        self._holding: set[Connection] = set()
+        """Every connection whose task has not ended yet, open or closing: ``aclose`` waits."""
+        self._changed, self._wake = asyncio.Event(), asyncio.Event()  # waiters, the reaper
         self._reaper: asyncio.Task[None] | None = None
 
     # -- the public calls ------------------------------------------------------------------------
@@ -134,7 +126,7 @@ class McpPool:
             return list(cached[1])
         epoch = self._list_epoch.get(server, 0)
         try:
-            listed = await self._shared(server, config, client.every_page, timeout, None)
+            listed = await self._shared(self._request(server, client.every_page, timeout, None))
         except Broken as broken:  # a listing changes nothing: asking again is safe
             raise broken.cause from None
         tools = client.allowed(config, listed)
@@ -159,9 +151,9 @@ class McpPool:
         if refused is not None:
             return refused
         action = client.caller(tool, arguments, idempotency_key, max_bytes)
-        line = client.line_for(max_bytes)
+        request = self._request(server, action, timeout, client.line_for(max_bytes))
         try:
-            return await self._shared(server, config, action, timeout, line)
+            return await self._shared(request)
         except Broken:
             return broken_outcome(server_label(config, server), in_session=False)
 
@@ -185,29 +177,22 @@ class McpPool:
         if refused is not None:
             return refused, None
         action = client.caller(tool, arguments, idempotency_key, max_bytes)
-        line = client.line_for(max_bytes)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        self._start_reaper()
+        request = self._request(key.server, action, timeout, client.line_for(max_bytes))
         entry = self._sessions.setdefault(key, _Session())
         entry.users += 1
         try:
             try:
-                async with asyncio.timeout_at(deadline):
-                    await entry.lock.acquire()
+                async with asyncio.timeout_at(request.deadline):
+                    await entry.lock.acquire()  # its calls run one after another
             except TimeoutError:
                 label = server_label(config, key.server)
-                raise TimeoutError(
-                    f"{label}: the session's previous call was still running after {timeout:g} s; "
-                    "its calls run one after another"
-                ) from None
+                raise TimeoutError(f"{label}: its previous call ran past {timeout:g} s") from None
             try:
-                return await self._in_session(key, entry, config, action, deadline, timeout, line)
+                return await self._in_session(key, entry, request)
             finally:
                 entry.lock.release()
         finally:
             entry.users -= 1
-            entry.last_used = loop.time()
             self._notify()
 
     def holds(self, key: SessionKey) -> bool:
@@ -219,27 +204,22 @@ class McpPool:
         """Close every session of ``scope`` (each server sees its session end: stdin closed and the
         process gone, or the HTTP session deleted); how many were open. Forgets the scope, so a
         later call opens a new session without reporting it lost."""
-        closing: list[asyncio.Task[None]] = []
-        count = 0
+        closing = []
         for key in [key for key in self._sessions if key.scope == scope]:
-            entry = self._sessions.pop(key)
-            if entry.connection is not None:
-                count += entry.connection.alive
-                closing.append(self._retire(entry.connection))
-                entry.connection = None
+            connection = self._sessions.pop(key).connection
+            if connection is not None:
+                self._forget(connection)
+                closing.append(connection)
         for key in [key for key in self._lost if key.scope == scope]:
             del self._lost[key]
-        if closing:
-            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
+        count = sum(connection.alive for connection in closing)
+        await asyncio.shield(asyncio.gather(*(c.close() for c in closing)))
         return count
 
     def stats(self) -> PoolStats:
-        live = [c for c in self._open if c.alive or c.busy]
-        return PoolStats(
-            processes=sum(1 for c in live if c.stdio),
-            connections=len(live),
-            sessions=sum(1 for key in self._sessions if self.holds(key)),
-        )
+        live = [c for c in self._open if c.alive or c.busy]  # busy: opening
+        sessions = sum(1 for key in self._sessions if self.holds(key))
+        return PoolStats(sum(1 for c in live if c.stdio), len(live), sessions)
 
     async def aclose(self) -> None:
         """Close every connection and wait for every process to exit (the worker stops)."""
@@ -248,179 +228,129 @@ class McpPool:
             with suppress(asyncio.CancelledError):
                 await self._reaper
             self._reaper = None
-        for connection in list(self._open):
-            self._retire(connection)
+        self._open.clear()
+        self._idle.clear()
         self._sessions.clear()
         self._lost.clear()
-        while self._retiring:
-            await asyncio.gather(*self._retiring, return_exceptions=True)
+        await asyncio.gather(*(connection.close() for connection in list(self._holding)))
 
     # -- shared connections and sessions ---------------------------------------------------------
 
-    async def _shared(
+    def _request(
         self,
         server: str,
-        config: McpServerConfig,
         action: Callable[[ClientSession, Exchange], Awaitable[T]],
         timeout: float,
         line: int | None,
-    ) -> T:
-        """``action`` on an idle shared connection of ``server``, or a new one; sent once more on
-        a fresh connection when the first failed before the request reached the server."""
-        deadline = asyncio.get_running_loop().time() + timeout
+    ) -> Request[T]:
         self._start_reaper()
+        deadline = asyncio.get_running_loop().time() + timeout
+        return Request(server, self._config(server), action, deadline, timeout, line)
+
+    async def _shared(self, request: Request[T]) -> T:
+        """The request on an idle shared connection, or a new one; sent once more on a fresh
+        connection when the first failed before the request reached the server."""
         for attempt in range(2):
-            connection = await self._checkout(server, config, deadline, timeout, line)
+            connection = await self._checkout(request)
             try:
-                result = await self._run(connection, action, deadline, timeout, line)
+                result = await connection.run(request)
             except Unsent as unsent:
                 if attempt:
                     raise unsent.cause from None
                 continue
-            connection.busy = False
-            connection.last_used = asyncio.get_running_loop().time()
-            self._idle.setdefault(server, []).append(connection)
+            connection.release()
+            self._idle.setdefault(request.server, []).append(connection)
             self._notify()
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _checkout(
-        self,
-        server: str,
-        config: McpServerConfig,
-        deadline: float,
-        timeout: float,
-        line: int | None,
-    ) -> Connection:
-        """An idle shared connection of ``server`` (HTTP: opened with the bound ``line``), now
-        busy, or a new one."""
+    async def _checkout(self, request: Request[Any]) -> Connection:
+        """An idle shared connection of the server (HTTP: opened with the request's bound), now
+        busy, or a new one once there is room for it."""
         while True:
-            idle = self._idle.get(server, [])
+            idle = self._idle.get(request.server, [])
             for connection in reversed(idle):
-                if connection.alive and (connection.stdio or connection.events_limit == line):
+                if connection.fits(request.line):
                     idle.remove(connection)
                     connection.busy = True
                     return connection
-            if config.command is None or self._room() or self._evict_one():
-                return await self._open_connection(server, config, None, deadline, timeout, line)
-            await self._wait_change(deadline, timeout)
+            if request.config.command is None or self._room() or self._evict_one():
+                return await self._open_connection(request, None)
+            await self._wait_change(request)
 
     async def _in_session(
-        self,
-        key: SessionKey,
-        entry: _Session,
-        config: McpServerConfig,
-        action: Callable[[ClientSession, Exchange], Awaitable[ToolOutcome]],
-        deadline: float,
-        timeout: float,
-        line: int | None,
+        self, key: SessionKey, entry: _Session, request: Request[ToolOutcome], again: bool = False
     ) -> tuple[ToolOutcome, Lost | None]:
-        """The call in ``entry``'s connection, opened first when there is none; the caller holds
-        the session's lock."""
-        now = asyncio.get_running_loop().time()
+        """The call in ``entry``'s connection, opened first when there is none (the caller holds
+        the session's lock); ``again``: the first try found the session forgotten."""
         held = entry.connection
-        if held is not None and held.alive and now - held.last_used > config.idle_seconds:
+        now = asyncio.get_running_loop().time()
+        if held and held.alive and now - held.last_used > request.config.idle_seconds:
             self._expire(held)  # the reaper had not come round to it yet
+        if entry.connection is not None and not entry.connection.alive:
+            self._lost.setdefault(key, "exited")
+            entry.connection = None
         lost: Lost | None = None
-        for attempt in range(2):
-            held = entry.connection
-            if held is not None and not held.alive:
-                self._lost.setdefault(key, "exited")
-                entry.connection = None
-            if entry.connection is None:
-                lost = lost or self._lost.pop(key, None)
-                try:
-                    entry.connection = await self._open_connection(
-                        key.server, config, key, deadline, timeout, line
-                    )
-                except BaseException:
-                    if lost is not None:
-                        self._lost[key] = lost  # nothing ran: the next call tells it
-                    raise
-            connection = entry.connection
-            assert connection is not None
-            connection.busy = True
+        if entry.connection is None:
+            lost = self._lost.pop(key, None)
             try:
-                outcome = await self._run(connection, action, deadline, timeout, line)
-            except Unsent as unsent:  # the server forgot the session: the request did not run
-                entry.connection = None
-                lost = "exited"
-                if attempt:
-                    raise unsent.cause from None
-                continue
-            except Broken:
-                entry.connection = None
-                self._lost[key] = "exited"
-                return broken_outcome(server_label(config, key.server), in_session=True), lost
+                entry.connection = await self._open_connection(request, key)
             except BaseException:
-                entry.connection = None
-                self._lost[key] = "exited"
+                if lost is not None:
+                    self._lost[key] = lost  # nothing ran: the next call tells it
                 raise
-            connection.busy = False
-            connection.last_used = asyncio.get_running_loop().time()
-            self._wake.set()
-            return outcome, lost
-        raise AssertionError("unreachable")  # pragma: no cover
+        connection = entry.connection
+        connection.busy = True
+        try:
+            outcome = await connection.run(request)
+        except Unsent as unsent:  # the server forgot the session: the request did not run
+            entry.connection = None
+            if again:
+                raise unsent.cause from None
+            self._lost[key] = lost or "exited"
+            return await self._in_session(key, entry, request, again=True)
+        except BaseException as error:
+            entry.connection = None
+            self._lost[key] = "exited"
+            if not isinstance(error, Broken):
+                raise
+            return broken_outcome(server_label(request.config, key.server), in_session=True), lost
+        connection.release()
+        self._wake.set()
+        return outcome, lost
 
     # -- opening, running, retiring --------------------------------------------------------------
 
-    async def _open_connection(
-        self,
-        server: str,
-        config: McpServerConfig,
-        key: SessionKey | None,
-        deadline: float,
-        timeout: float,
-        line: int | None,
-    ) -> Connection:
+    async def _open_connection(self, request: Request[Any], key: SessionKey | None) -> Connection:
         """A new connection, busy; for a stdio server once a process may start, waiting for one
-        (within the deadline) when every one is busy."""
+        (by the request's deadline) while every one is busy."""
+        server, config = request.server, request.config
         while config.command is not None and not self._room() and not self._evict_one():
-            await self._wait_change(deadline, timeout)
-        limit = line if config.command is None else (line or _STDIO_LINE)
+            await self._wait_change(request)
+        limit = request.line if config.command is None else (request.line or STDIO_LINE)
         connection = Connection(
             config,
             Exchange(label=server_label(config, server), max_line=limit),
             server=server,
             key=key,
             on_list_changed=lambda: self._tools_changed(server),
-            on_end=self._forget,
+            on_end=self._ended,
         )
         self._open.add(connection)
-        try:
-            await connection.start(deadline, timeout)
-        except BaseException:
-            self._retire(connection, kill=True)
-            raise
+        self._holding.add(connection)
+        await connection.start(request)  # a connection that fails ends itself: _ended
         return connection
 
-    async def _run(
-        self,
-        connection: Connection,
-        action: Callable[[ClientSession, Exchange], Awaitable[T]],
-        deadline: float,
-        timeout: float,
-        line: int | None,
-    ) -> T:
-        """``Connection.run``; a connection that failed is closed."""
-        try:
-            return await connection.run(
-                action, deadline=deadline, timeout=timeout, max_line=line or _STDIO_LINE
-            )
-        except BaseException:
-            self._retire(connection, kill=True)
-            raise
-
-    def _retire(self, connection: Connection, *, kill: bool = False) -> asyncio.Task[None]:
-        """Take ``connection`` out of the pool now and close it in the background (``kill``: its
-        process killed first); the task that closes it, which ``aclose`` waits for."""
+    def _retire(self, connection: Connection) -> None:
+        """Take ``connection`` out of the pool now; its task closes it."""
         self._forget(connection)
-        if kill:
-            connection.kill()
-        task = asyncio.create_task(connection.close())
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-        return task
+        connection.finish()
+
+    def _ended(self, connection: Connection) -> None:
+        """It failed, was killed, or its task ended (then it is no longer held)."""
+        if connection.done:
+            self._holding.discard(connection)
+        self._forget(connection)
 
     def _forget(self, connection: Connection) -> None:
         if connection not in self._open:
@@ -442,9 +372,9 @@ class McpPool:
             self._retire(min(shared, key=lambda c: c.last_used))
             return True
         idle_sessions = [
-            (entry.last_used, key)
+            (entry.connection.last_used, key)
             for key, entry in self._sessions.items()
-            if entry.users == 0 and entry.connection is not None and entry.connection.stdio
+            if entry.users == 0 and entry.connection in self._open and entry.connection.stdio
         ]
         if not idle_sessions:
             return False
@@ -461,21 +391,18 @@ class McpPool:
         self._changed = asyncio.Event()
         self._wake.set()
 
-    async def _wait_change(self, deadline: float, timeout: float) -> None:
+    async def _wait_change(self, request: Request[Any]) -> None:
         changed = self._changed
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout_at(request.deadline):
                 await changed.wait()
         except TimeoutError:
             raise TimeoutError(
-                f"every one of the {self._max} MCP server processes this worker may run "
-                f"({MAX_PROCESSES_SETTING}) was busy for {timeout:g} s; raise "
-                f"{MAX_PROCESSES_SETTING} or run fewer calls at once"
+                f"all {self._max} MCP server processes this worker may run were busy for "
+                f"{request.timeout:g} s; raise {MAX_PROCESSES_SETTING} or run fewer calls at once"
             ) from None
 
-    # -- idle connections and listings -----------------------------------------------------------
-
-    def _start_reaper(self) -> None:
+    def _start_reaper(self) -> None:  # idle connections and listings from here on
         if self._reaper is None or self._reaper.done():
             self._reaper = asyncio.create_task(self._reap())
 
@@ -485,7 +412,7 @@ class McpPool:
         loop = asyncio.get_running_loop()
         while True:
             now = loop.time()
-            wake_at = now + _REAP_AT_LEAST_EVERY
+            wake_at = now + 60.0
             for connection in list(self._open):
                 if connection.busy or not connection.alive:
                     continue
