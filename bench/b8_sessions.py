@@ -15,12 +15,14 @@ what closes them is their task's end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,8 @@ IN_FLIGHT = 20
 """Tasks in flight at once: each holds one session (one server process) while it runs."""
 SETTLE_TIMEOUT = 120.0
 """Longest wait for the sessions of finished tasks to close; past it, what is open is counted."""
+SAMPLE_SECONDS = 0.5
+"""How often the worker's MCP processes are counted while tasks run (their peak)."""
 FLAT_KIB_PER_TASK = 10.0
 """RSS growth per task over the last ``more`` tasks below which the worker counts as flat: far
 below what a session left open costs (a process handle, pipes, buffers, a client session)."""
@@ -121,6 +125,25 @@ async def tasks_replied(stack: Stack, settings: Settings, count: int) -> float:
     return time.perf_counter() - began
 
 
+async def with_peak(pid: int, job: Awaitable[float]) -> tuple[float, int]:
+    """``job``'s result and the most tiny-server children ``pid`` had while it ran (sampled
+    every ``SAMPLE_SECONDS``)."""
+    peak = server_processes(pid)
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            await asyncio.sleep(SAMPLE_SECONDS)
+            peak = max(peak, server_processes(pid))
+
+    sampler = asyncio.create_task(sample())
+    try:
+        result = await job
+    finally:
+        sampler.cancel()
+    return result, peak
+
+
 async def settled(events: Path, shared: int) -> float:
     """Seconds until at most ``shared`` server processes are open (every session closed), or
     ``SETTLE_TIMEOUT`` when some never close."""
@@ -173,7 +196,7 @@ async def run(
             shared = warm["open_in_events"]
 
             load_before, cpu0 = load_average(), cpu_seconds(pid)
-            wall = await tasks_replied(stack, settings, tasks)
+            wall, peak = await with_peak(pid, tasks_replied(stack, settings, tasks))
             cpu = cpu_seconds(pid) - cpu0
             load_after = load_average()
             after = reading(pid, events, warm_up + tasks, await settled(events, shared))
@@ -188,12 +211,14 @@ async def run(
         "worker": "this process" if inline else "python worker.py",
         "in_flight": IN_FLIGHT,
         "readings": [warm, after, last],
+        "mcp_processes_peak": peak,
         "sessions_opened": after["sessions_started"] - warm["sessions_started"],
         "sessions_closed": after["sessions_closed"] - warm["sessions_closed"],
         "tasks_per_s": round(tasks / wall, 2),
         "worker_cpu_ms_per_task": round(cpu * 1000 / tasks, 1),
         "load_before": load_before,
         "load_after": load_after,
+        "rss_kib_per_task": round((after["rss_mib"] - warm["rss_mib"]) * 1024 / tasks, 2),
         "rss_kib_per_task_last": round((last["rss_mib"] - after["rss_mib"]) * 1024 / more, 2),
     }
 
@@ -239,11 +264,16 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['worker_cpu_ms_per_task']} ms a task; load average "
         f"{' / '.join(f'{v:.2f}' for v in result['load_before'])} before, "
         f"{' / '.join(f'{v:.2f}' for v in result['load_after'])} after.",
-        f"- RSS growth over the last tasks: {result['rss_kib_per_task_last']:+.2f} KiB a task "
-        f"(flat: at most {FLAT_KIB_PER_TASK:g}).",
+        f"- At most {result['mcp_processes_peak']} MCP processes at once while they ran "
+        f"(sampled every {SAMPLE_SECONDS:g} s; the pool's bound is "
+        f"`ERRANDS_MCP_MAX_PROCESSES`, 32 by default).",
+        f"- RSS growth: {result['rss_kib_per_task']:+.2f} KiB a task over the measured tasks, "
+        f"{result['rss_kib_per_task_last']:+.2f} over the last ones (flat: at most "
+        f"{FLAT_KIB_PER_TASK:g}).",
         "",
-        "The processes left open are the worker's shared connections, which serve tool listings "
-        "(kept open for the next task, as the pool keeps any shared connection): the sessions "
-        "themselves end with their tasks.",
+        "Every task's session closes with its task. The server processes still open are the "
+        "worker's shared connections, which serve tool listings: one is opened for each listing "
+        "that finds none idle (the warm-up's tasks start together, so several list at once), "
+        "and they stay open for later listings until idle past `idle_seconds`.",
     ]
     return "\n".join(lines)
