@@ -262,3 +262,30 @@ def test_the_counter_server_answers_nothing_in_never_initialize_mode(tmp_path: P
     )
     assert process.stdout == b""
     assert [e["event"] for e in events_in(events)] == ["started", "closed"]
+
+
+async def test_over_http_a_restarted_server_gets_a_new_session_and_a_task_session_is_lost(
+    pools: Pools, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    port = free_port()
+    command = counter(events, "--http", str(port))
+    server = start_listening(command, port, tmp_path / "log")
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        pool = pools({"c": McpServerConfig(url=url), "t": McpServerConfig(url=url, session="task")})
+        key = SessionKey("task-1", "t")
+        await pool.call("c", "count", {}, idempotency_key="a", timeout=TIMEOUT)
+        _, lost = await pool.session_call(key, "count", {}, idempotency_key="b", timeout=TIMEOUT)
+        assert lost is None
+        stop(server)
+        server = start_listening(command, port, tmp_path / "log")  # it forgot every session
+        assert (await count(pool, n=1))[1] == 1  # sent again, once, on a new session
+        outcome, lost = await pool.session_call(
+            key, "count", {}, idempotency_key="c", timeout=TIMEOUT
+        )
+        assert lost == "exited" and counted(outcome)[1] == 2
+        calls = [e["key"] for e in events_in(events) if e["event"] == "call"]
+        assert calls == ["a", "b", "k1", "c"]  # nothing ran twice
+    finally:
+        stop(server)
