@@ -5,6 +5,7 @@ ends without ``close_scope`` is reported lost at its next call, with why; listin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -289,3 +290,24 @@ async def test_over_http_a_restarted_server_gets_a_new_session_and_a_task_sessio
         assert calls == ["a", "b", "k1", "c"]  # nothing ran twice
     finally:
         stop(server)
+
+
+async def test_a_call_that_finds_every_process_busy_waits_then_names_the_bound(
+    pools: Pools, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    pool = pools({"c": stdio(events), "t": stdio(events, session="task")}, max_processes=1)
+    busy = asyncio.ensure_future(pool.call("c", "hang", {}, idempotency_key="h", timeout=60))
+    await eventually(lambda: len(pids(events)) == 1, "the hanging call's server started")
+    with pytest.raises(TimeoutError, match="ERRANDS_MCP_MAX_PROCESSES"):
+        await pool.session_call(
+            SessionKey("task-1", "t"), "count", {}, idempotency_key="k", timeout=1
+        )
+    assert len(pids(events)) == 1  # it never started a second process
+    busy.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await busy
+    outcome, lost = await pool.session_call(
+        SessionKey("task-1", "t"), "count", {}, idempotency_key="k", timeout=TIMEOUT
+    )
+    assert lost is None and counted(outcome)[1] == 1  # the place was free once the call ended

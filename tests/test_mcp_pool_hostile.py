@@ -159,3 +159,25 @@ async def test_200_sequential_calls_use_one_process(pool: McpPool, tmp_path: Pat
     assert started(tmp_path / "events.jsonl") == list(pids)
     stats = pool.stats()
     assert (stats.processes, stats.connections, stats.sessions) == (1, 1, 0)
+
+
+async def test_an_oversized_answer_is_cut_for_its_call_alone(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "tests.mcp_hostile_server", "--dir", str(tmp_path)]
+    pool = McpPool({"h": McpServerConfig(command=command)})
+    try:
+        cut = await pool.call(
+            "h", "dump", {"size": 3_000_000}, idempotency_key="a", timeout=60, max_bytes=10_000
+        )
+        assert not cut.is_error and cut.text.startswith("dump start")
+        assert len(cut.text.encode()) < 12_000 and "dump end" not in cut.text
+        whole = await pool.call(
+            "h", "dump", {"size": 50_000}, idempotency_key="b", timeout=60, max_bytes=100_000
+        )
+        assert whole.text.endswith("dump end") and len(whole.text) == 50_000
+        small = await pool.call(
+            "h", "dump", {"size": 500}, idempotency_key="c", timeout=60, max_bytes=10_000
+        )
+        assert small.text.endswith("dump end")
+        assert pool.stats().processes == 1  # one process served the three
+    finally:
+        await pool.aclose()
