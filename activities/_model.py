@@ -22,6 +22,7 @@ from activities._tools import (
     OfferedTool,
     PinnedTools,
     approvals_needed,
+    session_servers,
 )
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore
@@ -161,6 +162,12 @@ class ModelActivities:
             view=fitting.pinned(),
             work_tools=work_tools,
             approvals=approvals,
+            servers={
+                i: t.server
+                for i, call in enumerate(response.tool_calls)
+                for t in offered
+                if t.name == call.name and t.session != "shared"
+            },
         )
 
     @activity.defn(name="branch_step")
@@ -188,6 +195,7 @@ class ModelActivities:
                 model=done.model or data.model,
                 replayed=True,
                 approvals=await self._approvals(data, pinned, calls, stored.text),
+                servers=session_servers(pinned, data.subtask_type, calls),
             )
         fitting = self._fitter.fitting(
             data.model,
@@ -221,6 +229,7 @@ class ModelActivities:
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
             approvals=await self._approvals(data, pinned, response.tool_calls, response.text),
+            servers=session_servers(pinned, data.subtask_type, response.tool_calls),
         )
 
     async def _approvals(

@@ -21,13 +21,28 @@ from temporalio.exceptions import ApplicationError
 
 from activities._events import branch_of, preview, record
 from activities._heartbeats import heartbeating
+from activities._mcp_sessions import ELSEWHERE
 from activities._threads import read_stored
-from activities._tools import MAIN, McpTools, OfferedTool, PinnedTools, arguments_of
+from activities._tools import (
+    MAIN,
+    McpTools,
+    OfferedTool,
+    PinnedTools,
+    arguments_of,
+    session_scope,
+)
 from errands.adapters.store import SessionStore
 from errands.agent import prompts, reading
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
-from errands.contracts.activities import RunRoundToolInput, RunToolInput, RunToolOutput
+from errands.contracts.activities import (
+    CloseSessionsInput,
+    McpHolder,
+    RunRoundToolInput,
+    RunToolInput,
+    RunToolOutput,
+    SessionRouting,
+)
 from errands.contracts.events import named
 from errands.contracts.messages import NewMessage, ToolCall
 from errands.contracts.principals import Principal
@@ -124,6 +139,26 @@ class ToolEvents:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """What one call came back with: the text the model reads, whether it is an error, and the
+    stateful MCP session it ran in (if any)."""
+
+    text: str
+    is_error: bool
+    holder: McpHolder | None = None
+
+
+@dataclass(frozen=True)
+class Where:
+    """Whose call it is, for a stateful MCP session's scope, and how it reached this worker."""
+
+    task_id: str
+    thread_id: str | None
+    """The branch's thread; None for the main agent."""
+    routing: SessionRouting
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """Where one tool call's result is stored: the row ``message`` builds."""
 
@@ -208,18 +243,20 @@ class ToolActivities:
         result: ToolResult,
         verdict: str | None,
         approved: bool,
-        run: Callable[[], Awaitable[tuple[str, bool]]],
+        run: Callable[[], Awaitable[Ran]],
     ) -> RunToolOutput:
         """Run one tool call (with a ``verdict``, only say why it is not run), store its result
         once and log it. Cancelled with the call open, at the workflow's request, the call gets
         a "cancelled" result, so no stored thread holds a call without one."""
+        holder = None
         try:
             if verdict is not None:
                 text, is_error = verdict, True  # not run: denied, unanswered or cancelled
                 await events.denied(text)
             else:
-                await events.requested(approved=approved)
-                text, is_error = await run()
+                await events.requested(approved=approved)  # written once, however often asked
+                ran = await run()
+                text, is_error, holder = ran.text, ran.is_error, ran.holder
                 text = reading.capped_result(text, self._result_max_bytes)
         except asyncio.CancelledError:
             if cancel_requested():
@@ -229,9 +266,9 @@ class ToolActivities:
         await asyncio.to_thread(self._store.append_once, result.message(text, is_error))
         if verdict is None:
             await events.finished(text, is_error)
-        return RunToolOutput(ok=not is_error, chars=len(text))
+        return RunToolOutput(ok=not is_error, chars=len(text), holder=holder)
 
-    async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> tuple[str, bool]:
+    async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> Ran:
         """The text the model reads for ``call``, and whether it is an error. Raises (for
         Temporal to retry) only when an MCP server cannot be reached on an attempt before the
         last."""
@@ -239,20 +276,23 @@ class ToolActivities:
         if call.name == reading.READ_MESSAGE and call.name not in tools:
             # A branch's tool results are rows of its thread: `result N` and `ref N` are one row.
             thread = data.thread_id
-            return await asyncio.to_thread(read_stored, self._store, thread, thread, call.arguments)
+            return Ran(
+                *await asyncio.to_thread(read_stored, self._store, thread, thread, call.arguments)
+            )
         pinned = await self._pinned(data.task_id, data.subtask_type)
         offered = {t.name: t for t in pinned.offered(data.subtask_type)} if pinned else {}
         if call.name not in tools and call.name not in offered:
             available = sorted([*tools, *offered])
-            return f"There is no tool named {call.name!r}; available: {available}.", True
+            return Ran(f"There is no tool named {call.name!r}; available: {available}.", True)
         arguments = arguments_of(call.arguments)
         if isinstance(arguments, str):
-            return f"{call.name}: {arguments}; call {call.name} again.", True
+            return Ran(f"{call.name}: {arguments}; call {call.name} again.", True)
         if call.name in tools:
             tool = tools[call.name]
-            return await self._run_python(tool, call.name, arguments, data.timeout_seconds)
+            return Ran(*await self._run_python(tool, call.name, arguments, data.timeout_seconds))
+        where = Where(data.task_id, data.thread_id, data.routing)
         return await self._call_mcp(
-            offered[call.name], arguments, key, data.timeout_seconds, data.max_attempts
+            offered[call.name], arguments, key, data.timeout_seconds, data.max_attempts, where
         )
 
     async def _call_mcp(
@@ -262,23 +302,43 @@ class ToolActivities:
         key: str,
         timeout: float,
         max_attempts: int,
-    ) -> tuple[str, bool]:
+        where: Where,
+    ) -> Ran:
         """An MCP call's text and whether it is an error. A server that cannot be reached is
-        raised for Temporal to retry, except on the last attempt, which tells the model."""
+        raised for Temporal to retry, except on the last attempt, which tells the model (and a
+        call sent to its session's holder, which has only one). A call whose session another
+        worker holds is sent there (``session_elsewhere``)."""
+        routing = where.routing
         try:
-            outcome = await self._mcp.call(
-                tool, arguments, key=key, timeout=timeout, max_bytes=self._result_max_bytes
+            outcome, holder = await self._mcp.call(
+                tool,
+                arguments,
+                key=key,
+                timeout=timeout,
+                max_bytes=self._result_max_bytes,
+                scope=session_scope(tool, where.task_id, where.thread_id),
+                routing=routing,
             )
         except TimeoutError as error:
-            return prompts.tool_timed_out(tool.name, str(error)), True
+            return Ran(prompts.tool_timed_out(tool.name, str(error)), True)
         except ConnectionError as error:
             attempt = activity.info().attempt
-            if attempt < max_attempts:
+            if attempt < max_attempts and routing.holder is None:
                 raise ApplicationError(str(error), type="tool_unreachable") from None
-            return prompts.tool_unreachable(tool.name, attempt, str(error)), True
+            return Ran(prompts.tool_unreachable(tool.name, attempt, str(error)), True)
+        except ApplicationError as error:
+            if error.type == ELSEWHERE:
+                raise
+            return Ran(f"{tool.name} failed: {error}", True)
         except Exception as error:  # noqa: BLE001 - not retried: the tool may have run
-            return f"{tool.name} failed: {type(error).__name__}: {error}", True
-        return outcome.text, outcome.is_error
+            return Ran(f"{tool.name} failed: {type(error).__name__}: {error}", True)
+        return Ran(outcome.text, outcome.is_error, holder)
+
+    @activity.defn(name="close_mcp_sessions")
+    async def close_mcp_sessions(self, data: CloseSessionsInput) -> int:
+        """Close this worker's stateful MCP sessions of ``data.scopes`` (sent to the holder's
+        own queue when their task or branch ends): how many were open."""
+        return await self._mcp.close_scopes(data.scopes)
 
     @activity.defn(name="run_round_tool")
     async def run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
@@ -300,23 +360,27 @@ class ToolActivities:
             lambda: self._round_tool(data),
         )
 
-    async def _round_tool(self, data: RunRoundToolInput) -> tuple[str, bool]:
+    async def _round_tool(self, data: RunRoundToolInput) -> Ran:
         python = self._main_tools.get(data.call.name)
         if python is not None:
             arguments = arguments_of(data.call.arguments)
             if isinstance(arguments, str):
-                return f"{data.call.name}: {arguments}; call {data.call.name} again.", True
-            return await self._run_python(python, data.call.name, arguments, data.timeout_seconds)
+                return Ran(f"{data.call.name}: {arguments}; call {data.call.name} again.", True)
+            return Ran(
+                *await self._run_python(python, data.call.name, arguments, data.timeout_seconds)
+            )
         pinned = await self._pinned(data.task_id, MAIN)
         offered = {t.name: t for t in pinned.offered(MAIN)} if pinned else {}
         tool = offered.get(data.call.name)
         if tool is None:
-            return f"There is no tool named {data.call.name!r}; available: {sorted(offered)}.", True
+            available = sorted(offered)
+            return Ran(f"There is no tool named {data.call.name!r}; available: {available}.", True)
         arguments = arguments_of(data.call.arguments)
         if isinstance(arguments, str):
-            return f"{tool.name}: {arguments}; call {tool.name} again.", True
+            return Ran(f"{tool.name}: {arguments}; call {tool.name} again.", True)
+        where = Where(data.task_id, None, data.routing)
         return await self._call_mcp(
-            tool, arguments, data.result_id, data.timeout_seconds, data.max_attempts
+            tool, arguments, data.result_id, data.timeout_seconds, data.max_attempts, where
         )
 
     @staticmethod

@@ -15,17 +15,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from activities._mcp_sessions import Holders, hold
 from errands.adapters.mcp import config as mcp
-from errands.adapters.mcp.config import Approval, McpServerConfig, McpTool, ToolOutcome
+from errands.adapters.mcp.config import (
+    Approval,
+    McpServerConfig,
+    McpTool,
+    SessionScope,
+    ToolOutcome,
+)
 from errands.adapters.store import SessionStore
+from errands.agent import prompts
 from errands.agent.approvals import need_of
 from errands.agent.arguments import read_arguments
 from errands.contracts import ids
+from errands.contracts.activities import McpHolder, SessionRouting
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.messages import NewMessage, ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    from errands.adapters.mcp.pool import Lost, McpPool
 
 MAIN = "main"
 """The ``for`` key of the main agent; a subtask type's key names its branches."""
@@ -44,6 +57,8 @@ class PinnedServer(BaseModel):
     for_: list[str] = Field(default_factory=list, alias="for")
     approval: dict[str, Approval] = Field(default_factory=dict)
     """The approval policy of each server-side tool that is not ``never``."""
+    session: SessionScope = "shared"
+    """Whose session its calls run in, as configured when the task listed it."""
     error: str | None = None
 
     model_config = {"validate_by_name": True, "serialize_by_alias": True}
@@ -61,7 +76,12 @@ class PinnedTools(BaseModel):
         """The tools the main agent (``key`` = ``"main"``) or a subtask type's branches see,
         in the configuration's server order and each server's own tool order."""
         return [
-            OfferedTool(server=name, tool=tool, policy=server.approval.get(tool.name, "never"))
+            OfferedTool(
+                server=name,
+                tool=tool,
+                policy=server.approval.get(tool.name, "never"),
+                session=server.session,
+            )
             for name, server in self.servers.items()
             if server.serves(key)
             for tool in server.tools
@@ -81,6 +101,7 @@ class OfferedTool:
     server: str
     tool: McpTool
     policy: Approval = "never"
+    session: SessionScope = "shared"
 
     @property
     def name(self) -> str:
@@ -93,11 +114,39 @@ class OfferedTool:
 
 
 class McpTools:
-    """The MCP servers one worker may call, by name (``ERRANDS_MCP_SERVERS`` and the plugin's)."""
+    """The MCP servers one worker may call, by name (``ERRANDS_MCP_SERVERS`` and the plugin's),
+    through the worker's pool of open connections (``errands.adapters.mcp.pool``, made on first
+    use, closed by ``aclose`` when the worker stops).
 
-    def __init__(self, store: SessionStore, servers: Mapping[str, McpServerConfig]) -> None:
+    ``holder_queue`` is the queue only this worker polls: the workflows send there the calls of
+    the stateful sessions it holds (``activities._mcp_sessions``)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        servers: Mapping[str, McpServerConfig],
+        *,
+        max_processes: int = 32,
+        holder_queue: str = "",
+    ) -> None:
         self._store = store
         self._servers = dict(servers)
+        self._max_processes = max_processes
+        self._pool: McpPool | None = None
+        self._holders = Holders(store)
+        self.holder_queue = holder_queue
+
+    @property
+    def stateful(self) -> bool:
+        """Whether a server's calls run in a ``task`` or ``branch`` session (held by a worker)."""
+        return any(config.session != "shared" for config in self._servers.values())
+
+    def _connections(self) -> McpPool:
+        if self._pool is None:
+            from errands.adapters.mcp.pool import McpPool  # the SDK costs a second to import
+
+            self._pool = McpPool(self._servers, max_processes=self._max_processes)
+        return self._pool
 
     def serve(self, key: str) -> bool:
         """Whether any configured server offers tools to ``key``: if not, nothing is listed."""
@@ -125,17 +174,17 @@ class McpTools:
         return PinnedTools.model_validate_json(row.text)
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
-        from errands.adapters.mcp import client as mcp_client  # the SDK costs a second to import
-
         try:
-            tools = await mcp_client.list_tools(config, timeout=config.timeout_seconds, server=name)
+            tools = await self._connections().list_tools(name, timeout=config.timeout_seconds)
         except (ConnectionError, TimeoutError) as error:
             return PinnedServer.model_validate({"for": config.for_, "error": str(error)})
         except Exception as error:  # noqa: BLE001 - a broken server must not fail the task
             failed = f"{type(error).__name__}: {error}"
             return PinnedServer.model_validate({"for": config.for_, "error": failed})
         asked = {name: policy for name, policy in config.approval.items() if policy != "never"}
-        return PinnedServer.model_validate({"tools": tools, "for": config.for_, "approval": asked})
+        return PinnedServer.model_validate(
+            {"tools": tools, "for": config.for_, "approval": asked, "session": config.session}
+        )
 
     async def call(
         self,
@@ -145,11 +194,18 @@ class McpTools:
         key: str,
         timeout: float,
         max_bytes: int | None = None,
-    ) -> ToolOutcome:
+        scope: str = "",
+        routing: SessionRouting | None = None,
+    ) -> tuple[ToolOutcome, McpHolder | None]:
         """Call a pinned tool; ``key`` is the call's idempotency key. ``ConnectionError`` when
         the server cannot be reached (the caller retries), ``TimeoutError`` when it did not
         answer within ``timeout`` or the server's own ``timeout_seconds``. ``max_bytes``: about
-        how much of the server's answer is read (the rest is said to be dropped)."""
+        how much of the server's answer is read (the rest is said to be dropped).
+
+        A tool of a stateful server runs in ``scope``'s session, on the worker holding it:
+        returned beside the outcome. Raises ``session_elsewhere`` when another worker holds it;
+        a session this worker had to open anew (its holder gone, its process exited, idle too
+        long) starts the outcome's text with what the model must know: the state is lost."""
         config = self._servers.get(offered.server)
         if config is None:
             return ToolOutcome(
@@ -158,18 +214,69 @@ class McpTools:
                     "more (ERRANDS_MCP_SERVERS); its tools cannot be called"
                 ),
                 is_error=True,
+            ), None
+        timeout = min(timeout, config.timeout_seconds)
+        pool = self._connections()
+        if offered.session == "shared" or config.session == "shared":
+            outcome = await pool.call(
+                offered.server,
+                offered.tool.name,
+                arguments,
+                idempotency_key=key,
+                timeout=timeout,
+                max_bytes=max_bytes,
             )
-        from errands.adapters.mcp import client as mcp_client
+            return outcome, None
+        from errands.adapters.mcp.pool import SessionKey
 
-        return await mcp_client.call_tool(
-            config,
+        holder, moved = await hold(
+            self._holders, scope, offered.server, self.holder_queue, routing or SessionRouting()
+        )
+        outcome, lost = await pool.session_call(
+            SessionKey(scope, offered.server),
             offered.tool.name,
             arguments,
             idempotency_key=key,
-            timeout=min(timeout, config.timeout_seconds),
-            server=offered.server,
+            timeout=timeout,
             max_bytes=max_bytes,
         )
+        reason: Lost | Literal["moved"] | None = "moved" if moved else lost
+        if reason is not None:
+            note = prompts.mcp_session_lost(offered.server, reason, config.idle_seconds)
+            outcome = ToolOutcome(text=f"{note}\n\n{outcome.text}", is_error=outcome.is_error)
+        return outcome, holder
+
+    async def close_scopes(self, scopes: list[str]) -> int:
+        """Close this worker's sessions of ``scopes`` (their task or branch ended)."""
+        if self._pool is None:
+            return 0
+        closed = 0
+        for scope in scopes:
+            closed += await self._pool.close_scope(scope)
+        return closed
+
+    async def aclose(self) -> None:
+        """Close every connection of this worker (it stops)."""
+        if self._pool is not None:
+            await self._pool.aclose()
+
+
+def session_scope(offered: OfferedTool, task_id: str, thread_id: str | None) -> str:
+    """Whose session a call of ``offered`` runs in: the task's, the branch's (``thread_id``) or
+    the main agent's own; empty for a shared server."""
+    if offered.session == "task":
+        return task_id
+    if offered.session == "branch":
+        return thread_id if thread_id is not None else ids.mcp_main_scope(task_id)
+    return ""
+
+
+def session_servers(pinned: PinnedTools | None, key: str, calls: list[ToolCall]) -> dict[int, str]:
+    """The stateful MCP server of each of ``calls`` (by index) that ``key`` is offered."""
+    if pinned is None:
+        return {}
+    stateful = {t.name: t.server for t in pinned.offered(key) if t.session != "shared"}
+    return {i: stateful[c.name] for i, c in enumerate(calls) if c.name in stateful}
 
 
 def approvals_needed(

@@ -21,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import compileall
 import dataclasses
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
@@ -146,16 +149,52 @@ class ErrandsPlugin(SimplePlugin):
         # and waits for this cleanup after shutdown.
         resources = self._claim(worker)
         try:
-            await next(worker)
+            if resources is None or resources.mcp is None or not resources.mcp.stateful:
+                await next(worker)
+            else:
+                async with self._holder_worker(worker, resources.mcp, resources.activities):
+                    await next(worker)
         finally:
             if resources is not None:
                 await resources.aclose()
 
+    def _holder_worker(
+        self, worker: Worker, mcp: McpTools, activities: Sequence[Callable[..., Any]]
+    ) -> Worker:
+        """The worker polling this worker's own queue (``mcp.holder_queue``): the calls of the
+        stateful MCP sessions it holds, and their closing. Its client is the worker's without
+        this plugin, which would add every activity again."""
+        own, config = worker.config(), worker.client.config()
+        config["plugins"] = [p for p in config["plugins"] if not isinstance(p, ErrandsPlugin)]
+        client = Client(**config)
+        held = {"run_round_tool", "run_branch_tool", "close_mcp_sessions"}
+        return Worker(
+            client,
+            task_queue=mcp.holder_queue,
+            activities=[a for a in activities if a.__name__ in held],
+            max_heartbeat_throttle_interval=own.get("max_heartbeat_throttle_interval")
+            or timedelta(seconds=2),
+            graceful_shutdown_timeout=own.get("graceful_shutdown_timeout") or timedelta(0),
+            # Unversioned: a queue of this process alone holds no workflow, and a deployment
+            # version would collect one such queue for every worker process ever started.
+        )
+
     def _add_activities(self, existing: Sequence[Callable[..., Any]] | None) -> list[Any]:
         types = self.subtask_types()  # a bad type fails here, before a database is opened
         resources = _WorkerResources.open(self.settings, self._store, self._router)
+        resources.mcp = McpTools(
+            resources.store,
+            self.mcp_servers,
+            max_processes=self.settings.mcp_max_processes,
+            holder_queue=f"{self.settings.task_queue}-mcp-{uuid.uuid4().hex[:12]}",
+        )
         resources.activities = build_activities(
-            resources.store, resources.router, types, self.mcp_servers, self.tools
+            resources.store,
+            resources.router,
+            types,
+            self.mcp_servers,
+            self.tools,
+            mcp_tools=resources.mcp,
         )
         self._unclaimed.append(resources)
         return [*(existing or []), *resources.activities]
@@ -187,6 +226,8 @@ class _WorkerResources:
     owns_store: bool
     owns_router: bool
     activities: list[Callable[..., Any]] = field(default_factory=list)
+    mcp: McpTools | None = None
+    """The worker's MCP servers and their open connections, closed with the worker."""
 
     @classmethod
     def open(
@@ -200,6 +241,8 @@ class _WorkerResources:
         )
 
     async def aclose(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.aclose()
         if self.owns_router:
             await self.router.aclose()
         if self.owns_store:
@@ -212,11 +255,16 @@ def build_activities(
     types: dict[str, SubtaskType],
     mcp_servers: Mapping[str, McpServerConfig] | None = None,
     tools: Sequence[WorkTool] = (),
+    *,
+    mcp_tools: McpTools | None = None,
 ) -> list[Callable[..., Any]]:
     """Every errands activity, bound to one store, one router, the installed types, the MCP
-    servers the agents may call and the main agent's own tools."""
+    servers the agents may call (through ``mcp_tools`` when given: the worker's own, which it
+    closes) and the main agent's own tools."""
     session = SessionActivities(store, types, router.settings)
-    mcp = McpTools(store, mcp_servers or {})
+    mcp = mcp_tools or McpTools(
+        store, mcp_servers or {}, max_processes=router.settings.mcp_max_processes
+    )
     models = ModelActivities(store, router, types, mcp, tools)
     tool_calls = ToolActivities(
         store, types, mcp, tools, result_max_bytes=router.settings.tool_result_max_bytes
@@ -239,6 +287,7 @@ def build_activities(
         models.branch_step,
         tool_calls.run_branch_tool,
         tool_calls.run_round_tool,
+        tool_calls.close_mcp_sessions,
         consult.consult_advisor,
         consult.answer_side_question,
     ]

@@ -47,6 +47,10 @@ def tool_retry(max_attempts: int) -> RetryPolicy:
     )
 
 
+HOLDER_PICKUP = timedelta(seconds=5)
+"""How long the worker holding a stateful MCP session has to take a call sent to it before it
+is presumed gone (killed, stopped) and the session opened again elsewhere."""
+
 STORE_CALLS_LOCAL = "store-calls-as-local-activities"
 """Deprecated patch (0.2.0): session-store calls run as local activities, inside the workflow
 task that needs them, instead of a round trip through the server each."""
@@ -87,11 +91,28 @@ def tool_run(
     heartbeat_seconds: float,
     max_attempts: int,
     summary: str,
+    holder: str | None = None,
 ) -> Awaitable[OutT]:
     """A work-tool call of the main agent or a branch. The tool's own timeout fires first and
     is reported to the model; this one stops an attempt whose worker hangs past it. A cancelled
     workflow waits for the call to store its cancelled result, so its own clean-up never
-    writes one while the tool still runs."""
+    writes one while the tool still runs.
+
+    ``holder``: the queue of the worker holding the call's stateful MCP session. The call has
+    one attempt there and ``HOLDER_PICKUP`` for that worker to take it: a worker that is gone
+    fails the call with a timeout, and the workflow moves the session (workflows/_sessions.py)."""
+    if holder is not None:
+        return workflow.execute_activity_method(
+            method,
+            arg,
+            task_queue=holder,
+            schedule_to_start_timeout=HOLDER_PICKUP,
+            start_to_close_timeout=timedelta(seconds=timeout_seconds + 30),
+            heartbeat_timeout=timedelta(seconds=heartbeat_seconds),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
     return workflow.execute_activity_method(
         method,
         arg,

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         repair_exchange,
     )
     from workflows._round_tools import Approver, run_round_tools
+    from workflows._sessions import SessionHolders
 
 NARRATION_REPAIRED = "narration-repaired-on-slot"
 """Deprecated patch (0.2.0): a step in prose (or empty) on the last slot that could take the
@@ -355,7 +356,10 @@ class RoundDecider:
     async def _run_tools(self, slot: Slot, out: RoundStepOutput, step_tools: set[str]) -> None:
         calls = {i: c for i, c in enumerate(out.response.tool_calls) if c.name in step_tools}
         needs = [n for n in out.approvals if n.index in calls]
-        await run_round_tools(self._data, slot, self._state.steps, calls, needs, self._approve)
+        holders = SessionHolders(self._state.mcp_holders)
+        await run_round_tools(
+            self._data, slot, self._state.steps, calls, needs, self._approve, holders, out.servers
+        )
 
     async def _ask(self, slot: Slot, call: ToolCall) -> Rejection | Waiting | None:
         """Put a question to the user (the slot then waits), or carry on with it answered."""

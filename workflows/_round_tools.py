@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ToolActivities
     from errands.agent import prompts
     from errands.contracts import ids
-    from errands.contracts.activities import RunRoundToolInput
+    from errands.contracts.activities import RunRoundToolInput, RunToolOutput, SessionRouting
     from errands.contracts.approvals import ApprovalNeed
     from errands.contracts.messages import ToolCall
     from errands.contracts.principals import Principal
@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._failures import attempts_failed
     from workflows._options import tool_run
     from workflows._repairs import append_exchange
+    from workflows._sessions import SessionHolders
 
 Approver = Callable[[ApprovalNeed, int], Awaitable[tuple[str | None, list[Principal]]]]
 """Puts one of the main agent's tool calls (and the step it is in) to the user: None when
@@ -36,11 +37,14 @@ async def run_round_tools(
     by_index: dict[int, ToolCall],
     needs: list[ApprovalNeed],
     approve: Approver | None,
+    holders: SessionHolders,
+    servers: dict[int, str],
 ) -> None:
     """A step's work-tool calls (by their place among the step's calls), those that need it
-    approved by the user first, then all at once; each call and its result go to the slot's
-    messages. A call whose every attempt failed (its worker kept dying) is told to the model
-    as an error."""
+    approved by the user first, then all at once; a call of a stateful MCP server (``servers``
+    names it) runs on the worker ``holders`` says holds its session. Each call and its result go
+    to the slot's messages; a call whose every attempt failed (its worker kept dying) is told to
+    the model as an error."""
     settings = data.settings
     verdicts: dict[int, str | None] = {}
     deciders: dict[int, list[Principal]] = {}
@@ -54,26 +58,24 @@ async def run_round_tools(
         )
         for i, call in enumerate(calls)
     ]
+
+    inputs = [
+        RunRoundToolInput(
+            task_id=data.task_id,
+            result_id=result_id,
+            call=call,
+            timeout_seconds=settings.tool_timeout_seconds,
+            max_attempts=settings.tool_max_attempts,
+            verdict=verdicts.get(index),
+            approved=index in verdicts and verdicts[index] is None,
+            by=deciders.get(index, []),
+        )
+        for index, call, result_id in zip(by_index, calls, result_ids, strict=True)
+    ]
     outcomes = await asyncio.gather(
         *(
-            tool_run(
-                ToolActivities.run_round_tool,
-                RunRoundToolInput(
-                    task_id=data.task_id,
-                    result_id=result_id,
-                    call=call,
-                    timeout_seconds=settings.tool_timeout_seconds,
-                    max_attempts=settings.tool_max_attempts,
-                    verdict=verdicts.get(index),
-                    approved=index in verdicts and verdicts[index] is None,
-                    by=deciders.get(index, []),
-                ),
-                timeout_seconds=settings.tool_timeout_seconds,
-                heartbeat_seconds=settings.heartbeat_timeout_seconds,
-                max_attempts=settings.tool_max_attempts,
-                summary=f"round {slot.round} · {slot.name} · {call.name}",
-            )
-            for index, call, result_id in zip(by_index, calls, result_ids, strict=True)
+            _run(data, slot, arg, holders, servers.get(index))
+            for index, arg in zip(by_index, inputs, strict=True)
         ),
         return_exceptions=True,
     )
@@ -87,3 +89,30 @@ async def run_round_tools(
             continue
         append_exchange(slot, call, call.name, "", stored=result_id)
         slot.extra[-1].is_error = not outcome.ok
+
+
+def _run(
+    data: TaskInput,
+    slot: Slot,
+    arg: RunRoundToolInput,
+    holders: SessionHolders,
+    server: str | None,
+) -> Awaitable[RunToolOutput]:
+    """One call's activity: on the shared queue, or, for a stateful MCP ``server``, where
+    ``holders`` routes it."""
+    settings = data.settings
+
+    def scheduled(routing: SessionRouting) -> Awaitable[RunToolOutput]:
+        return tool_run(
+            ToolActivities.run_round_tool,
+            arg.model_copy(update={"routing": routing}),
+            timeout_seconds=settings.tool_timeout_seconds,
+            heartbeat_seconds=settings.heartbeat_timeout_seconds,
+            max_attempts=settings.tool_max_attempts,
+            summary=f"round {slot.round} · {slot.name} · {arg.call.name}",
+            holder=routing.holder,
+        )
+
+    if server is None:
+        return scheduled(SessionRouting())
+    return holders.run(server, scheduled)

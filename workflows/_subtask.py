@@ -22,10 +22,12 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.activities import (
         BranchStepInput,
         BranchStepOutput,
+        McpHolder,
         OpenBranchInput,
         RecordBranchInput,
         RunToolInput,
         RunToolOutput,
+        SessionRouting,
     )
     from errands.contracts.approvals import ApprovalNeed, Verdict
     from errands.contracts.messages import UsageLedger
@@ -44,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows._failures import attempts_failed, describe, settled
     from workflows._options import model_step, run_is_long, store_call, tool_run
     from workflows._patches import RunPatches
+    from workflows._sessions import MCP_HOLDER_SIGNAL, SessionHolders
 
 TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
 """Deprecated patch (0.2.0): a tool call whose every attempt failed stores that as its result
@@ -59,6 +62,8 @@ class SubtaskWorkflow:
     def __init__(self) -> None:
         self._verdicts = Verdicts()
         self._patches = RunPatches.none()  # asked as the run starts
+        self._holders = SessionHolders([])
+        self._task_id = ""
 
     @workflow.signal(name=VERDICT_SIGNAL)
     def approval_verdict(self, verdict: Verdict) -> None:
@@ -67,6 +72,29 @@ class SubtaskWorkflow:
 
     @workflow.run
     async def run(self, data: SubtaskInput) -> SubtaskResult:
+        self._holders = SessionHolders(data.mcp_holders)
+        own = workflow.info().workflow_id
+        try:
+            result = await self._steps(data)
+        except asyncio.CancelledError:
+            await self._holders.close(lambda holder: holder.scope == own)
+            raise
+        await self._holders.close(lambda holder: holder.scope == own)
+        return result
+
+    async def _tell_task(self, holder: McpHolder) -> None:
+        """A session of the task's own (``"session": "task"``) this branch reached: the task
+        closes it when it ends, so it must know it."""
+        if holder.scope != self._task_id:
+            return
+        parent = workflow.info().parent
+        assert parent is not None, "a branch runs as a child of its task"
+        await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+            MCP_HOLDER_SIGNAL, holder
+        )
+
+    async def _steps(self, data: SubtaskInput) -> SubtaskResult:
+        self._task_id = data.task_id
         self._patches = RunPatches.of_branch()
         thread_id = workflow.info().workflow_id
         workflow.deprecate_patch(ONE_ACTIVITY_PER_STEP)
@@ -116,8 +144,7 @@ class SubtaskWorkflow:
             compaction=ledger.parts.get("compaction", {}),
         )
 
-    @staticmethod
-    async def _hand_over_if_long(data: SubtaskInput, step: int, ledger: UsageLedger) -> None:
+    async def _hand_over_if_long(self, data: SubtaskInput, step: int, ledger: UsageLedger) -> None:
         """A long step loop hands over to a fresh run; its thread is already in the store."""
         if not run_is_long(
             continue_as_new=data.settings.continue_as_new,
@@ -131,6 +158,7 @@ class SubtaskWorkflow:
                     "first_step": step,
                     "usage": ledger.parts.get("branches", {}),
                     "compaction": ledger.parts.get("compaction", {}),
+                    "mcp_holders": self._holders.all(),
                 }
             )
         )
@@ -180,7 +208,7 @@ class SubtaskWorkflow:
             deciders: dict[int, list[Principal]] = {}
             for need in out.approvals:
                 verdicts[need.index], deciders[need.index] = await self._approval(data, step, need)
-            await self._run_tools(data, step, out.tool_calls, verdicts, deciders)
+            await self._run_tools(data, step, out.tool_calls, verdicts, deciders, out.servers)
         except asyncio.CancelledError:
             # Every call of the step gets a result, so the thread never holds a call without
             # one; a call that already has its result keeps it.
@@ -225,38 +253,47 @@ class SubtaskWorkflow:
             return approvals.timed_out(need.tool, hours), []
         return verdict.denial, verdict.by
 
-    @staticmethod
     async def _run_tools(
+        self,
         data: SubtaskInput,
         step: int,
         calls: int,
         verdicts: dict[int, str | None],
         deciders: dict[int, list[Principal]] | None = None,
+        servers: dict[int, str] | None = None,
     ) -> None:
-        """The step's tool calls, all at once; a call with a verdict stores it instead of
-        running. A call whose every attempt failed (its worker kept dying) stores that as its
-        result, so the branch goes on and its thread holds no call without a result."""
+        """The step's tool calls, all at once (a stateful MCP server's, ``servers``, on the
+        worker holding its session); a call with a verdict stores it instead of running. A call
+        whose every attempt failed (its worker kept dying) stores that as its result."""
 
         def run(i: int, verdict: str | None) -> Awaitable[RunToolOutput]:
-            return tool_run(
-                ToolActivities.run_branch_tool,
-                RunToolInput(
-                    thread_id=workflow.info().workflow_id,
-                    step=step,
-                    call_index=i,
-                    subtask_type=data.subtask_type,
-                    task_id=data.task_id,
+            def scheduled(routing: SessionRouting) -> Awaitable[RunToolOutput]:
+                return tool_run(
+                    ToolActivities.run_branch_tool,
+                    RunToolInput(
+                        thread_id=workflow.info().workflow_id,
+                        step=step,
+                        call_index=i,
+                        subtask_type=data.subtask_type,
+                        task_id=data.task_id,
+                        timeout_seconds=data.settings.tool_timeout_seconds,
+                        max_attempts=data.settings.tool_max_attempts,
+                        verdict=verdict,
+                        approved=i in verdicts and verdict is None,
+                        by=(deciders or {}).get(i, []),
+                        routing=routing,
+                    ),
                     timeout_seconds=data.settings.tool_timeout_seconds,
+                    heartbeat_seconds=data.settings.heartbeat_timeout_seconds,
                     max_attempts=data.settings.tool_max_attempts,
-                    verdict=verdict,
-                    approved=i in verdicts and verdict is None,
-                    by=(deciders or {}).get(i, []),
-                ),
-                timeout_seconds=data.settings.tool_timeout_seconds,
-                heartbeat_seconds=data.settings.heartbeat_timeout_seconds,
-                max_attempts=data.settings.tool_max_attempts,
-                summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
-            )
+                    summary=f"branch r{data.round}/b{data.ordinal} · step {step} · tool {i}",
+                    holder=routing.holder,
+                )
+
+            server = (servers or {}).get(i) if verdict is None else None
+            if server is None:  # not a stateful MCP server's call: the shared queue
+                return scheduled(SessionRouting())
+            return self._holders.run(server, scheduled, self._tell_task)
 
         workflow.deprecate_patch(TOOL_FAILURE_STORED)
         outcomes = await asyncio.gather(

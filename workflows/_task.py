@@ -13,7 +13,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, is_cancelled_exception
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
@@ -21,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts import ids
     from errands.contracts.activities import (
         AppendMessageInput,
+        McpHolder,
         OpenTaskInput,
         SideAnswer,
         SideQuestionInput,
@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from errands.contracts.events import EventType, named
     from errands.contracts.principals import Principal
-    from errands.contracts.search import SESSION_MEMO, initial
     from errands.contracts.workflows import (
         CANCEL_REQUESTED_SIGNAL,
         WAKE_SIGNAL,
@@ -61,7 +60,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows._loop import RoundLoop
     from workflows._options import store_call
     from workflows._patches import RunPatches
-    from workflows._search import session_value
+    from workflows._queued import start_queued
+    from workflows._sessions import MCP_HOLDER_SIGNAL, SessionHolders
     from workflows._side import answer_side_question
     from workflows._status import TaskStatus
     from workflows._waiting import PendingQuestion
@@ -235,6 +235,11 @@ class TaskWorkflow:
 
     # -- cancellation: who asked ---------------------------------------------------------------
 
+    @workflow.signal(name=MCP_HOLDER_SIGNAL)
+    def mcp_holder(self, holder: McpHolder) -> None:
+        """A branch reached one of the task's own stateful MCP sessions (closed at the end)."""
+        SessionHolders(self.state.mcp_holders).learn(holder)
+
     @workflow.signal(name=CANCEL_REQUESTED_SIGNAL)
     def cancel_requested(self, by: Principal) -> None:
         """Who asks to cancel the task; the client sends it just before the cancellation, so it
@@ -348,59 +353,30 @@ class TaskWorkflow:
             await self._loop.run(self._patches)
         except asyncio.CancelledError:
             self._status.set("canceled", "canceled")
+            await self._close_sessions()
             await self._log_end("canceled", **self._cancel_fields())
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             if is_cancelled_exception(error):
                 self._status.set("canceled", "canceled")
+                await self._close_sessions()
                 await self._log_end("canceled", **self._cancel_fields())
                 raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._status.fail("internal", f"{type(error).__name__}: {error}")
+        await self._close_sessions()
         if (failed := self._status.error) is not None:
             await self._log_end("failed", kind=failed.kind, message=failed.message)
         self._ending = True  # messages sent from now on are refused
-        await self._start_queued()
+        self._next_task = await start_queued(self.data, self.state)
         # A side question in flight is answered before the task closes.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result()
 
-    async def _start_queued(self) -> None:
-        """The first queued message becomes the session's next task (carrying the rest)."""
-        if not self.state.queued:
-            return
-        data, first, rest = self.data, self.state.queued[0], self.state.queued[1:]
-        known = len(self.state.queued_ids) == len(self.state.queued)
-        first_id = self.state.queued_ids[0] if known else None
-        rest_ids = self.state.queued_ids[1:] if known else []
-        next_id = ids.queued_task_id(data.task_id, self.state.messages)
-        # The session id in the memo, as the client starts a task with encryption on: listing
-        # the successor then reads it there, not from its history (memo is not replayed).
-        session = workflow.memo_value(SESSION_MEMO, default=None)
-        await workflow.start_child_workflow(
-            "TaskWorkflow",
-            data.model_copy(
-                update={
-                    "task_id": next_id,
-                    "text": first,
-                    "carry": None,
-                    "queued": rest,
-                    "queued_ids": rest_ids,
-                    "queued_as": first_id,
-                }
-            ),
-            id=next_id,
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            search_attributes=(
-                initial(session_value(data.session_id), data.owner)
-                if data.search_attributes
-                else None
-            ),
-            static_summary=f"queued after {data.task_id}",
-            memo=None if session is None else {SESSION_MEMO: session},
-        )
-        self.state.queued, self.state.queued_ids = [], []
-        self._next_task = next_id
+    async def _close_sessions(self) -> None:
+        """Close the task's stateful MCP sessions and the main agent's own: it ended (a branch
+        closes its own)."""
+        await SessionHolders(self.state.mcp_holders).close(lambda holder: True)
 
     def _cancel_fields(self) -> dict[str, Any]:
         """The ``canceled`` event's ``by``: who asked (absent when nobody said: a cancellation

@@ -131,6 +131,25 @@ def tool_unreachable(name: str, attempts: int, detail: str) -> str:
     )
 
 
+_SESSION_ENDED = {
+    "moved": "the worker that held it stopped",
+    "exited": "the server's process exited",
+    "idle": "it was unused for {idle:g} s",
+    "evicted": "its worker needed room for other servers",
+}
+
+
+def mcp_session_lost(server: str, why: str, idle_seconds: float) -> str:
+    """Put before the result of a call that had to open a new session with a stateful server:
+    why the earlier one ended (``moved``, ``exited``, ``idle``, ``evicted``)."""
+    reason = _SESSION_ENDED.get(why, why).format(idle=idle_seconds)
+    return (
+        f"[Note: the session with the MCP server {server!r} ended ({reason}), so this call ran "
+        "in a new session: whatever the server held from your earlier calls (open pages, "
+        "variables, connections, counters) is gone. Redo what this call relies on.]"
+    )
+
+
 def tool_failed(name: str, detail: str) -> str:
     return f"{name} could not be run ({detail}). Go on without it, or try it again later."
 

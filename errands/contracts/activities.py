@@ -131,6 +131,8 @@ class RoundStepOutput(BaseModel):
     MCP's ``mcp__server__tool``): a call to one is run by ``run_round_tool``."""
     approvals: list[ApprovalNeed] = Field(default_factory=list)
     """The step's MCP calls that wait for the user before they run."""
+    servers: dict[int, str] = Field(default_factory=dict)
+    """As ``BranchStepOutput.servers``: the stateful MCP server of each such call, by index."""
 
 
 class AppendAckInput(BaseModel):
@@ -250,6 +252,36 @@ class BranchStepOutput(BaseModel):
     """The summary calls this attempt made to fit the thread (the ledger's ``compaction``)."""
     approvals: list[ApprovalNeed] = Field(default_factory=list)
     """The step's tool calls that wait for the user before they run."""
+    servers: dict[int, str] = Field(default_factory=dict)
+    """The MCP server of each of the step's calls to an MCP tool, by the call's index: the
+    workflow sends a call to the worker holding its server's session, once it knows it."""
+
+
+class McpHolder(BaseModel):
+    """A worker's queue that holds a stateful MCP session (``"session": "task"`` or
+    ``"branch"``): the calls of its scope with its server go there."""
+
+    server: str
+    scope: str
+    """The session's owner: a task id, a branch's thread id, or ``ids.mcp_main_scope``."""
+    queue: str
+
+
+class SessionRouting(BaseModel):
+    """How a tool call reached the worker it runs on (stateful MCP sessions only)."""
+
+    holder: str | None = None
+    """The queue the workflow sent it to, as the holder of the call's session (None: the shared
+    queue)."""
+    replacing: str | None = None
+    """A holder queue whose worker did not pick the call up in time: presumed gone, its session
+    with it; the worker running this call opens a new one and tells the model."""
+
+
+class CloseSessionsInput(BaseModel):
+    """The scopes whose stateful MCP sessions a worker closes: their task or branch ended."""
+
+    scopes: list[str]
 
 
 class RunToolInput(BaseModel):
@@ -270,6 +302,7 @@ class RunToolInput(BaseModel):
     by: list[Principal] = Field(default_factory=list)
     """Who approved it (both, for policy ``two``) or who denied it: ``tool_approved`` and
     ``tool_denied`` name them."""
+    routing: SessionRouting = Field(default_factory=SessionRouting)
 
 
 class RunRoundToolInput(BaseModel):
@@ -287,11 +320,14 @@ class RunRoundToolInput(BaseModel):
     """As ``RunToolInput.approved``."""
     by: list[Principal] = Field(default_factory=list)
     """As ``RunToolInput.by``."""
+    routing: SessionRouting = Field(default_factory=SessionRouting)
 
 
 class RunToolOutput(BaseModel):
     ok: bool
     chars: int
+    holder: McpHolder | None = None
+    """The session the call ran in, when its server's session is ``task`` or ``branch``."""
 
 
 class AdvisorInput(BaseModel):

@@ -94,6 +94,18 @@ def task_tools_id(task_id: str) -> str:
     return f"task:{task_id}:tools"
 
 
+def mcp_holder_id(scope: str, server: str, generation: int) -> str:
+    """The record that generation ``generation`` of ``scope``'s session with the MCP server
+    ``server`` is held by one worker (its queue is the row's text): the first to write it holds
+    it (``append_once``)."""
+    return f"mcp:{scope}:{server}:{generation}"
+
+
+def mcp_main_scope(task_id: str) -> str:
+    """The scope of the main agent's own ``branch`` sessions (a branch's is its thread id)."""
+    return f"task:{task_id}:main"
+
+
 def read_result_id(task_id: str, round_: int, slot: str, step: int, arguments: str) -> str:
     """The page a round's ``read_message`` call at the task's ``step`` asked for; the digest
     of its arguments keeps a different call at the same step (after a reset) apart."""

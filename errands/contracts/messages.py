@@ -187,11 +187,21 @@ class UsageLedger(BaseModel):
 
 
 MessageKind = Literal[
-    "user", "ack", "reply", "branch", "summary", "note", "step", "tool_result", "tools"
+    "user",
+    "ack",
+    "reply",
+    "branch",
+    "summary",
+    "note",
+    "step",
+    "tool_result",
+    "tools",
+    "mcp_holder",
 ]
 """What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one
 subtask's outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a
-compaction summary; ``tools``: the MCP tool list a task pinned (in a session of its own)."""
+compaction summary; ``tools``: the MCP tool list a task pinned (in a session of its own);
+``mcp_holder``: the worker queue holding a stateful MCP session (``activities._mcp_sessions``)."""
 
 
 class NewMessage(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from errands.contracts.activities import RoundStepInput, RoundView
+from errands.contracts.activities import McpHolder, RoundStepInput, RoundView
 from errands.contracts.approvals import ApprovalRequest
 from errands.contracts.asking import QuestionSet
 from errands.contracts.limits import (
@@ -207,6 +207,9 @@ class TaskState(BaseModel):
     across continue-as-new); code reads them by their Python names."""
 
     types: list[SubtaskTypeInfo] = Field(default_factory=list)
+    mcp_holders: list[McpHolder] = Field(default_factory=list)
+    """The stateful MCP sessions of the task and its main agent, and the workers holding them:
+    closed when the task ends."""
     started_at: datetime | None = None
     round: int = 0
     rounds: int = 0
@@ -334,6 +337,8 @@ class SubtaskInput(BaseModel):
     """Set by continue-as-new: what earlier runs of this branch spent."""
     compaction: dict[str, ModelUsage] = Field(default_factory=dict)
     """Summary calls of the runs before a continue-as-new (the ledger's ``compaction``)."""
+    mcp_holders: list[McpHolder] = Field(default_factory=list)
+    """The stateful MCP sessions the runs before a continue-as-new reached."""
 
     @model_validator(mode="before")
     @classmethod
