@@ -92,13 +92,18 @@ async def sessions_worker(
     client: Client, settings: Settings, store: SessionStore, tmp_path: Path
 ) -> AsyncIterator[tuple[Settings, Path]]:
     """A worker of its own whose branches may call the counter server in a task-wide session
-    (``counter``) and in a per-branch one (``perbranch``, the same program)."""
+    (``counter``), in a per-branch one (``perbranch``, the same program) and in a per-branch one
+    closed after a second unused (``idler``)."""
     events = tmp_path / "events.jsonl"
     own = settings.model_copy(
         update={
             "task_queue": f"sessions-{uuid.uuid4().hex[:6]}",
             "mcp_servers": json.dumps(
-                {"counter": counter(events, "task"), "perbranch": counter(events, "branch")}
+                {
+                    "counter": counter(events, "task"),
+                    "perbranch": counter(events, "branch"),
+                    "idler": counter(events, "branch", idle_seconds=1),
+                }
             ),
         }
     )
@@ -208,6 +213,41 @@ async def test_branch_sessions_are_per_branch_and_task_sessions_are_shared_by_br
             lambda pid=pid: {"event": "closed", "pid": pid} in events_in(events),
             "each branch's session to close",
         )
+
+
+async def test_a_session_idle_past_its_timeout_is_closed_and_the_next_call_says_so(
+    client: Client,
+    scripted: ScriptedModelServer,
+    store: SessionStore,
+    sessions_worker: tuple[Settings, Path],
+) -> None:
+    own, events = sessions_worker
+    idle = Gate("the branch's second call, until its session was closed for idling")
+
+    def branch(request: RecordedRequest) -> Reply:
+        got = results(request)
+        if len(got) < 2:
+            return Reply(calls=[Call("mcp__idler__count", {})], hold=idle if got else None)
+        return Reply(text=json.dumps(got))
+
+    Conversation([delegate(general("count")), final("done")], branch, branches=3).install(
+        scripted, SCRIPTED
+    )
+    handle = await start_task(client, own.task_queue, "Count, idle, count.", model=MODEL)
+    await idle.reached()
+    [pid] = {e["pid"] for e in events_in(events) if e["event"] == "call"}
+    await eventually(
+        lambda: {"event": "closed", "pid": pid} in events_in(events), "the idle session to close"
+    )
+    idle.release()
+    result = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status == "replied", result.error
+    [(first, second)] = answers(store, result)
+    assert json.loads(first) == {"pid": pid, "count": 1}
+    assert second.startswith("[Note: the session with the MCP server 'idler' ended (it was unused")
+    again = json.loads(second.split("\n\n", 1)[1])
+    assert again["count"] == 1 and again["pid"] != pid
 
 
 async def test_a_canceled_task_closes_its_session(
