@@ -51,10 +51,12 @@ below what a session left open costs (a process handle, pipes, buffers, a client
 
 
 def mcp_servers(events: Path) -> dict[str, Any]:
-    """The worker's ``ERRANDS_MCP_SERVERS``: the tiny server, one session per task, main only."""
+    """The worker's ``ERRANDS_MCP_SERVERS``: the tiny server's ``count``, one session per task,
+    for the main agent only."""
     return {
         SERVER: {
             "command": [sys.executable, str(PROGRAM), "--events", str(events)],
+            "tools": ["count"],
             "session": "task",
             "for": ["main"],
             "idle_seconds": 3600,
