@@ -247,7 +247,7 @@ class Connection:
 
     async def open(self, timeout: float) -> None:
         """Start the transport and initialize the session within ``timeout`` seconds; raises
-        what the SDK raised, or ``TimeoutError``. On failure the caller closes it (``kill``)."""
+        what the SDK raised, or ``TimeoutError`` (``start`` words it and ends the connection)."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._task = asyncio.create_task(self._hold(ready, timeout))
