@@ -13,8 +13,8 @@ Six kinds of task run interleaved on the same server in the same run, each measu
   (``mcp__almanac__lookup`` of the bundled ``errands.adapters.demo_tools`` server) and then answers
   in text; round 1 replies. Twice, each on a worker of its own whose ``ERRANDS_MCP_SERVERS``
   gives the server to branches only (``"for": ["*"]``): over Streamable HTTP, a server process
-  the benchmark starts once (the main figure), and over stdio, where errands starts the server
-  for each exchange (once to list the task's tools, once for the call);
+  the benchmark starts once (the main figure), and over stdio, a server process the worker
+  starts and keeps in its pool (``errands.adapters.mcp.pool``), reused by every task;
 - floor + tool: the floor of that shape, one no-op activity more in the child for the tool
   call: the model-call and tool-call activities counted from the first HTTP task's history;
 - errands, log off: the errands task on a worker whose store drops every event and whose
@@ -56,6 +56,9 @@ TITLE = "B1 · overhead against the Temporal floor"
 FULL = {"tasks": 40, "warmup": 3}
 SMOKE = {"tasks": 1, "warmup": 0}
 TARGET = 1.3
+TOOL_TARGETS = {"errands_tool_http": 1.3, "errands_tool_stdio": 1.5}
+"""The tool rows' targets against the floor + tool: the worker's pool keeps both kinds of
+server open, so a call costs almost nothing beyond the floor's own activity."""
 
 MODEL = model_name(1, 3)
 TOOL_MODEL = model_name(1, 1, tool=True)
@@ -427,12 +430,15 @@ def _tool_section(result: dict[str, Any]) -> list[str]:
     lines = [
         f"With one MCP tool call ({tool['shape']}; the tool is the bundled almanac server's "
         "`lookup`, the HTTP row's server a process the benchmark started once, the stdio row's "
-        "started by errands for each exchange):",
+        "a process the worker keeps in its pool; each worker's connection is reused by every "
+        "task):",
         "",
         *_latency_table(lat, TOOL_KINDS, hops),
         "",
         "**Ratio (median errands + tool over Streamable HTTP / median floor + tool): "
-        f"{ratio['errands_tool_http']}**; over stdio: {ratio['errands_tool_stdio']}. Ratio of "
+        f"{ratio['errands_tool_http']}** (target ≤ {TOOL_TARGETS['errands_tool_http']}); over "
+        f"stdio: **{ratio['errands_tool_stdio']}** (target ≤ "
+        f"{TOOL_TARGETS['errands_tool_stdio']}). Ratio of "
         f"the fastest runs: {fastest['errands_tool_http']} over HTTP, "
         f"{fastest['errands_tool_stdio']} over stdio.",
         "",
@@ -537,7 +543,13 @@ def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
         )
     if "event_log" in result:
         figure += f"; event log on / off: {result['event_log']['ratio_on_to_off']}×"
-    return figure, f"≤ {TARGET}×", ratio <= TARGET
+    tools = result.get("tool_call", {}).get("ratio_to_floor_tool", {})
+    met = ratio <= TARGET and all(tools.get(k, 0) <= limit for k, limit in TOOL_TARGETS.items())
+    target = (
+        f"≤ {TARGET}×; with a tool ≤ {TOOL_TARGETS['errands_tool_http']}× over HTTP, "
+        f"≤ {TOOL_TARGETS['errands_tool_stdio']}× over stdio"
+    )
+    return figure, target, met
 
 
 def _label(kind: str) -> str:

@@ -290,6 +290,27 @@ def failure_kind(value: Any) -> FailureKind:
     return value if value in FAILURE_KINDS else "internal"
 
 
+# -- inside the MCP client: never raised to a caller of errands ---------------------------------
+
+
+class McpUnsent(Exception):  # noqa: N818 - what happened to the request, not an error kind
+    """An MCP request failed before it reached the server (over HTTP: the connection was refused,
+    or the server forgot the session): it did not run. ``cause`` is the failure, worded."""
+
+    def __init__(self, cause: ConnectionError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class McpBroken(Exception):  # noqa: N818 - as McpUnsent
+    """An MCP connection failed after the request was sent: it may have run. ``cause`` is the
+    failure, worded."""
+
+    def __init__(self, cause: ConnectionError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 __all__ = [
     "FAILURE_KINDS",
     "NON_RECOVERABLE",

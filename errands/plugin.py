@@ -200,12 +200,19 @@ class ErrandsPlugin(SimplePlugin):
         return [*(existing or []), *resources.activities]
 
     def model_call_activities(
-        self, store: SessionStore, router: ModelRouter
+        self, store: SessionStore, router: ModelRouter, mcp_tools: McpTools | None = None
     ) -> list[Callable[..., Any]]:
         """The activities that call a model, alone, wired as on every worker: what a worker
-        polling a model task queue (``ERRANDS_MODEL_TASK_QUEUE``) registers."""
-        every = build_activities(store, router, self.subtask_types(), self.mcp_servers, self.tools)
+        polling a model task queue (``ERRANDS_MODEL_TASK_QUEUE``) registers. ``mcp_tools``
+        (``self.mcp_tools``) lists the MCP servers' tools for them; the caller closes it."""
+        every = build_activities(
+            store, router, self.subtask_types(), self.mcp_servers, self.tools, mcp_tools=mcp_tools
+        )
         return [a for a in every if a.__name__ in MODEL_CALLS]
+
+    def mcp_tools(self, store: SessionStore) -> McpTools:
+        """This plugin's MCP servers for one worker, with a pool of their own (``aclose`` it)."""
+        return McpTools(store, self.mcp_servers, max_processes=self.settings.mcp_max_processes)
 
     def _claim(self, worker: Worker) -> _WorkerResources | None:
         """The resources opened when ``worker`` was configured (its activities are theirs)."""

@@ -24,7 +24,7 @@ from errands.adapters.telemetry import configure_logging, runtime_with_metrics, 
 from errands.client import connect
 from errands.client._upgrade import routed_builds
 from errands.errors import ConfigError
-from errands.plugin import ErrandsPlugin, cache_workflow_bytecode, worker_deployment
+from errands.plugin import ErrandsPlugin, McpTools, cache_workflow_bytecode, worker_deployment
 from errands.settings import Settings
 
 __all__ = ["build_worker", "cache_workflow_bytecode", "run_worker", "running_workers"]
@@ -69,7 +69,12 @@ def build_worker(
 
 
 def build_model_queue_workers(
-    client: Client, plugin: ErrandsPlugin, *, store: SessionStore, router: ModelRouter
+    client: Client,
+    plugin: ErrandsPlugin,
+    *,
+    store: SessionStore,
+    router: ModelRouter,
+    mcp_tools: McpTools | None = None,
 ) -> list[Worker]:
     """With ``ERRANDS_MODEL_TASK_QUEUE``: a worker per model task queue, polling only the model
     activities (wired by ``plugin``, as on every other worker: the same types, tools and MCP
@@ -78,7 +83,7 @@ def build_model_queue_workers(
     queues = plugin.settings.model_task_queues()
     if not queues:
         return []
-    calls = plugin.model_call_activities(store, router)
+    calls = plugin.model_call_activities(store, router, mcp_tools)
     return [
         Worker(
             client,
@@ -108,15 +113,20 @@ async def running_workers(
     store = store if store is not None else open_store(settings.session_database_url())
     router = ModelRouter(settings)
     plugin = ErrandsPlugin(settings, store=store, router=router)
+    mcp = plugin.mcp_tools(store)  # the model workers' listings: one pool for them all
     try:
         async with AsyncExitStack() as stack:
             main = await stack.enter_async_context(
                 build_worker(client, settings, plugins=[plugin], **options)
             )
-            for extra in build_model_queue_workers(client, plugin, store=store, router=router):
+            extras = build_model_queue_workers(
+                client, plugin, store=store, router=router, mcp_tools=mcp
+            )
+            for extra in extras:
                 await stack.enter_async_context(extra)
             yield main
     finally:
+        await mcp.aclose()
         await router.aclose()
         if own_store:
             store.close()

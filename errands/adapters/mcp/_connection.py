@@ -9,8 +9,8 @@ bookkeeping (the ``Exchange``: HTTP status, the head of an oversized answer) to 
 
 ``start`` and ``run`` word failures as the one-shot client does (``ConnectionError``,
 ``TimeoutError``: nothing ran), and say whether a request that failed on an open connection
-reached the server: ``Unsent`` (it did not: the caller may send it again) or ``Broken`` (it may
-have run). A connection that failed in any way, or did not answer in time, has its process
+reached the server: ``McpUnsent`` (it did not: the caller may send it again) or ``McpBroken``
+(it may have run). A connection that failed in any way, or did not answer in time, has its process
 killed and is not used again. ``opened_session`` (one initialized session over the configured
 transport) is shared with the one-shot client.
 
@@ -48,6 +48,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from errands.adapters.mcp._stdio import Oversized, Reading, bounded_stdio
 from errands.adapters.mcp.config import McpServerConfig
+from errands.errors import McpBroken, McpUnsent
 
 T = TypeVar("T")
 STDIO_LINE = 16 * 1024 * 1024
@@ -66,24 +67,6 @@ class Request(Generic[T]):
     deadline: float
     timeout: float
     line: int | None
-
-
-class Unsent(Exception):
-    """A request failed before it reached the server (over HTTP: the connection was refused, or
-    the server forgot the session): it did not run. ``cause`` is the failure, worded."""
-
-    def __init__(self, cause: ConnectionError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class Broken(Exception):
-    """The connection failed after the request was sent: it may have run. ``cause`` is the
-    failure, worded."""
-
-    def __init__(self, cause: ConnectionError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
 
 
 _CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
@@ -278,7 +261,7 @@ class Connection:
 
     async def run(self, request: Request[T]) -> T:
         """``request``, a failure worded: ``TimeoutError`` (no answer by the deadline, or a
-        transport's timeout), ``Unsent`` or ``Broken``. After any failure the connection is
+        transport's timeout), ``McpUnsent`` or ``McpBroken``. After any failure the connection is
         done with: its process killed, the caller closes it."""
         from errands.adapters.mcp.client import failure, leaves, timed_out
 
@@ -304,8 +287,8 @@ class Connection:
                     and self.error is not None
                     and any(isinstance(leaf, httpx2.ConnectError) for leaf in leaves(self.error))
                 ):
-                    raise Unsent(worded) from error
-            raise Broken(worded) from error
+                    raise McpUnsent(worded) from error
+            raise McpBroken(worded) from error
         except BaseException:
             self.finish(kill=True)
             raise

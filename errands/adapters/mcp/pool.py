@@ -46,16 +46,10 @@ from typing import Any, Literal, TypeVar
 from mcp.client.session import ClientSession
 
 from errands.adapters.mcp import client
-from errands.adapters.mcp._connection import (
-    STDIO_LINE,
-    Broken,
-    Connection,
-    Exchange,
-    Request,
-    Unsent,
-)
+from errands.adapters.mcp._connection import STDIO_LINE, Connection, Exchange, Request
 from errands.adapters.mcp.client import broken_outcome, server_label
 from errands.adapters.mcp.config import SETTING, McpServerConfig, McpTool, ToolOutcome
+from errands.errors import McpBroken, McpUnsent
 
 T = TypeVar("T")
 Lost = Literal["exited", "idle", "evicted"]
@@ -127,7 +121,7 @@ class McpPool:
         epoch = self._list_epoch.get(server, 0)
         try:
             listed = await self._shared(self._request(server, client.every_page, timeout, None))
-        except Broken as broken:  # a listing changes nothing: asking again is safe
+        except McpBroken as broken:  # a listing changes nothing: asking again is safe
             raise broken.cause from None
         tools = client.allowed(config, listed)
         if config.list_ttl_seconds > 0 and self._list_epoch.get(server, 0) == epoch:
@@ -154,7 +148,7 @@ class McpPool:
         request = self._request(server, action, timeout, client.line_for(max_bytes))
         try:
             return await self._shared(request)
-        except Broken:
+        except McpBroken:
             return broken_outcome(server_label(config, server), in_session=False)
 
     async def session_call(
@@ -254,7 +248,7 @@ class McpPool:
             connection = await self._checkout(request)
             try:
                 result = await connection.run(request)
-            except Unsent as unsent:
+            except McpUnsent as unsent:
                 if attempt:
                     raise unsent.cause from None
                 continue
@@ -303,7 +297,7 @@ class McpPool:
         connection.busy = True
         try:
             outcome = await connection.run(request)
-        except Unsent as unsent:  # the server forgot the session: the request did not run
+        except McpUnsent as unsent:  # the server forgot the session: the request did not run
             entry.connection = None
             if again:
                 raise unsent.cause from None
@@ -312,7 +306,7 @@ class McpPool:
         except BaseException as error:
             entry.connection = None
             self._lost[key] = "exited"
-            if not isinstance(error, Broken):
+            if not isinstance(error, McpBroken):
                 raise
             return broken_outcome(server_label(request.config, key.server), in_session=True), lost
         connection.release()
