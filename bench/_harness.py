@@ -187,6 +187,8 @@ class Stack:
             OPENAI_BASE_URL=self.model.openai_base_url,
             PYTHONPATH=str(ROOT),
         )
+        if settings.mcp_servers:
+            env["ERRANDS_MCP_SERVERS"] = settings.mcp_servers
         # The child keeps its own copy of the log's descriptor; ours can close at once.
         with open(self.dir / f"worker-{len(self._children)}.log", "ab") as log:
             child = subprocess.Popen(

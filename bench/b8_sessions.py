@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -26,10 +25,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from bench._harness import FAKE_KEY, ROOT, Stack, bounded, stack_for, stop_process, wait_for
+from bench._harness import ROOT, Stack, bounded, stack_for, stop_process, wait_for
 from bench._measure import cpu_seconds, load_average, rss_mib
 from bench._model import model_name
-from errands.adapters.mcp import config as mcp
 from errands.settings import Settings
 
 TITLE = "B8 · stateful MCP sessions: leak bound"
@@ -62,30 +60,6 @@ def mcp_servers(events: Path) -> dict[str, Any]:
             "idle_seconds": 3600,
         }
     }
-
-
-def spawn_worker(stack: Stack, settings: Settings) -> subprocess.Popen[bytes]:
-    """``python worker.py`` as ``Stack.spawn_worker`` starts it, with the settings' MCP servers
-    (which that one does not pass on)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ERRANDS_"))}
-    env.update(
-        TEMPORAL_ADDRESS=stack.server.address,
-        ERRANDS_TASK_QUEUE=settings.task_queue,
-        ERRANDS_DATABASE_URL=stack.database_url,
-        OPENAI_API_KEY=FAKE_KEY,
-        OPENAI_BASE_URL=stack.model.openai_base_url,
-        PYTHONPATH=str(ROOT),
-    )
-    env[mcp.SETTING] = settings.mcp_servers or ""
-    with open(stack.dir / f"b8-worker-{settings.task_queue}.log", "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def server_processes(parent: int) -> int:
@@ -184,7 +158,7 @@ async def run(
     async with stack_for("b8", stack) as stack:
         events = stack.dir / f"b8-events-{uuid.uuid4().hex[:8]}.jsonl"
         settings = stack.settings(mcp_servers=mcp_servers(events))
-        child = None if inline else spawn_worker(stack, settings)
+        child = None if inline else stack.spawn_worker(settings)
         if child is None:
             await stack.worker(settings)
         pid = os.getpid() if child is None else child.pid
