@@ -311,6 +311,25 @@ class McpBroken(Exception):  # noqa: N818 - as McpUnsent
         self.cause = cause
 
 
+# -- inside the webhook adapter: a delivery's outcome, or a 422 where a URL is given ----------
+
+
+class WebhookRefused(InvalidRequest):
+    """A notification URL the delivery policy refuses (SPEC §11): not https (http only for an
+    allowed host), a user name or password in it, or a host that is, or resolves to, a private,
+    loopback, link-local or otherwise non-public address the policy does not allow. Nothing was
+    sent, and the same URL is refused until it or the policy changes. ``reason`` is one line
+    naming the host and address, never the URL's path or query (they may hold a token)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"notification URL refused: {reason}. Give a public https:// URL, or allow its "
+            "host in the notification policy",
+            field="notify",
+        )
+        self.reason = reason
+
+
 __all__ = [
     "FAILURE_KINDS",
     "NON_RECOVERABLE",
