@@ -277,13 +277,10 @@ async def test_a_name_resolving_to_loopback_is_refused_after_resolution(
     receiver: Receiver,
 ) -> None:
     over_https = await deliver(receiver.url("/ok", scheme="https"), WebhookPolicy())
-    assert over_https == Outcome(
-        False,
-        None,
-        False,
-        None,
-        f"refused: localhost resolves to {LOCALHOST[0]}, a loopback address",
-    )
+    assert (over_https.delivered, over_https.retry) == (False, False)
+    # The first address the resolver gives is named: 127.0.0.1 here, ::1 first on some hosts.
+    named = {f"refused: localhost resolves to {a}, a loopback address" for a in LOCALHOST}
+    assert over_https.detail in named
     over_http = await deliver(receiver.url("/ok"), WebhookPolicy())
     assert (
         over_http.detail == "refused: plain http:// to localhost; use https://, or allow the host"
