@@ -53,9 +53,12 @@ async def heartbeating(work: Awaitable[T]) -> T:
 
 
 async def _beat() -> None:
+    # The first beat after one interval, not at once: most calls end sooner, and a beat the
+    # worker sends is a round trip to the server on the activity's own path. A call that
+    # ends within a second needed no heartbeat to be cancelled or declared dead.
     while True:
-        activity.heartbeat()
         await asyncio.sleep(BEAT_SECONDS)
+        activity.heartbeat()
 
 
 def model_timeout() -> float:

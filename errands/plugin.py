@@ -33,7 +33,8 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkerConfig, WorkerDeploymentConfig
+from temporalio.worker import Worker, WorkerConfig, WorkerDeploymentConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import workflows
 from activities import (
@@ -141,6 +142,7 @@ class ErrandsPlugin(SimplePlugin):
                 setting="ERRANDS_ENCRYPTION_KEYS",
             )
         cache_workflow_bytecode()
+        config["workflow_runner"] = workflow_runner(config.get("workflow_runner"))
         config["deployment_config"] = pinned_by_default(config, self.settings)
         return super().configure_worker(config)
 
@@ -381,6 +383,28 @@ def with_pydantic_payloads(existing: DataConverter | None) -> DataConverter:
         f"errands needs pydantic payloads, and the client's data converter uses "
         f"{existing.payload_converter_class.__qualname__}; subclass "
         "temporalio.contrib.pydantic.PydanticPayloadConverter for your own types instead"
+    )
+
+
+def workflow_runner(chosen: WorkflowRunner | None = None) -> WorkflowRunner:
+    """The sandbox with errands' own workflow modules passed through it, in place of the
+    worker's default sandbox; a runner configured otherwise (``chosen``) is kept as it is.
+
+    The sandbox imports a workflow's module, and every module of ``workflows`` it reaches,
+    afresh for each run it starts (a task's, each branch's): measured in B1, the largest part
+    of the CPU a worker spends on workflows. Passed through, a run reuses the modules the worker
+    imported once. The sandbox still isolates each run's globals from the others' (errands'
+    workflow modules hold no mutable state) but no longer traps a forbidden call, such as
+    ``datetime.now()``, in them: the replay tests (tests/test_replay.py) run every recorded
+    history in the full sandbox, so one fails CI there.
+    """
+    default = SandboxRestrictions.default
+    if chosen is not None and not (
+        type(chosen) is SandboxedWorkflowRunner and chosen.restrictions is default
+    ):
+        return chosen
+    return SandboxedWorkflowRunner(
+        restrictions=default.with_passthrough_modules(workflows.__name__)
     )
 
 

@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, Field
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from errands.adapters.devserver import DevServer
 from errands.adapters.scripted import Call, Reply, ScriptedModelServer
@@ -136,6 +137,20 @@ async def test_build_worker_uses_the_plugin_a_client_carries_instead_of_adding_a
     worker = build_worker(client, mine)
     names = [a.__name__ for a in worker.config(active_config=True).get("activities", [])]
     assert len(names) == len(set(names)) and "round_step" in names
+
+
+async def test_the_plugins_worker_passes_the_workflow_modules_through_the_sandbox(
+    dev_server: DevServer, settings: Settings, store: SessionStore
+) -> None:
+    mine = on_queue(settings)
+    client = await Client.connect(dev_server.address, plugins=[ErrandsPlugin(mine, store=store)])
+    runner = build_worker(client, mine).config(active_config=True).get("workflow_runner")
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    assert "workflows" in runner.restrictions.passthrough_modules
+    # A runner the user configured is theirs to keep.
+    strict = SandboxedWorkflowRunner(SandboxRestrictions.default.with_passthrough_modules("json"))
+    kept = Worker(client, task_queue=on_queue(settings).task_queue, workflow_runner=strict)
+    assert kept.config(active_config=True).get("workflow_runner") is strict
 
 
 async def test_a_replayer_with_the_plugin_replays_a_recorded_history(settings: Settings) -> None:

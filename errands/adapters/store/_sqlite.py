@@ -3,13 +3,21 @@
 Every write runs in ``BEGIN IMMEDIATE``, which takes the database's single write lock up front,
 so reading ``MAX(seq)`` and inserting ``MAX(seq) + 1`` cannot interleave with another writer, in
 this process or another one. WAL mode lets readers proceed while a writer holds that lock, and
-the busy timeout makes a second writer wait for it instead of failing.
+the busy timeout makes a second writer wait for it instead of failing. Writers of this process
+first queue on a lock of their own: SQLite's busy handler waits by sleeping, in steps of
+milliseconds, where a queue hands the lock on at once.
+
+``synchronous=NORMAL`` (as the embedded Temporal dev server runs its own SQLite file): a commit
+is durable against a crash of any process, and syncs to disk at checkpoints rather than on every
+commit; a power cut may lose the last commits. A store that must survive a power cut belongs on
+PostgreSQL (docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -45,6 +53,7 @@ class SqliteStore(SqlOwners):
             close=lambda conn: conn.close(),
             name=str(path),
         )
+        self._writer = threading.Lock()
         try:
             with self._pool.connection() as conn:
                 _enable_wal(conn)
@@ -60,11 +69,12 @@ class SqliteStore(SqlOwners):
             self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
         )
         conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._pool.connection() as conn:
+        with self._writer, self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
