@@ -47,6 +47,8 @@ EventType = Literal[
     "replied",
     "failed",
     "canceled",
+    "notification_sent",
+    "notification_failed",
 ]
 
 ApprovalOutcome = Literal["approve", "approve_always", "deny", "timed_out", "headless", "cancelled"]
@@ -177,6 +179,22 @@ EVENT_FIELDS: dict[str, dict[str, str]] = {
     "replied": {"replied_by": "model or join", "chars": "the reply's length"},
     "failed": {"kind": "the failure kind", "message": "what happened and what to do"},
     "canceled": {"by": f"who asked: {_BY} (absent when nobody said: a cancellation from Temporal)"},
+    "notification_sent": {
+        "id": "the webhook-id, the same on every attempt (the receiver's idempotency key)",
+        "event": "what it notified: waiting_for_user, replied, failed or canceled",
+        "target": "the target's reference: config:NAME or stored:OWNER:K",
+        "host": "the host it went to",
+        "attempts": "how many attempts it took",
+        "status": "the receiver's HTTP status",
+    },
+    "notification_failed": {
+        "id": "as notification_sent",
+        "event": "as notification_sent",
+        "target": "as notification_sent",
+        "host": "the host it was for (absent when the target was unknown)",
+        "attempts": "how many attempts were made (0: refused before any)",
+        "detail": "why it stopped: refused (and why), a final status, or the retry window closed",
+    },
 }
 """Every event type and its fields (beyond ``seq``, ``type``, ``task_id``, ``at``, ``cause``)."""
 

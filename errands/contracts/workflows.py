@@ -21,6 +21,7 @@ from errands.contracts.limits import (
     TOOL_TIMEOUT_SECONDS,
 )
 from errands.contracts.messages import Message, ModelPrice, ModelUsage, ToolCall, UsageLedger
+from errands.contracts.notifications import NotifyTarget
 from errands.contracts.principals import Principal
 from errands.contracts.subtasks import SubtaskTypeInfo
 from errands.errors import FailureKind, TaskFailed
@@ -128,6 +129,12 @@ class TaskInput(BaseModel):
     owner_role: str | None = None
     """The owner's role when they started the task (their ``role:`` quotas apply); None when
     someone else (an admin, the operator) started it for them."""
+    notify: list[NotifyTarget] = Field(default_factory=list)
+    """Where its changes of state are notified (SPEC §11), by reference: resolved by the
+    frontend from ``ERRANDS_WEBHOOKS`` and the start's own ``notify``; never a secret."""
+    schedule: str | None = None
+    """The schedule whose fire started it (its ``ErrandsSchedule``); its id is then the
+    workflow id the schedule gave the fire, not ``task_id``."""
 
 
 class Slot(BaseModel):
