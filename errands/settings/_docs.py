@@ -10,6 +10,7 @@ from pydantic.fields import FieldInfo
 
 from errands.settings._model import Settings
 from errands.settings._parse import LOG_LEVELS, SECONDS, accepts
+from errands.settings._webhooks import WebhookSettings
 
 GROUPS = {
     "temporal_address": ("Where things are", ""),
@@ -32,6 +33,11 @@ GROUPS = {
     "provider_limits": (
         "Operating it",
         "Rate limits, logs, metrics and tracing are explained in [operations.md](operations.md).",
+    ),
+    "webhooks": (
+        "Work while nobody watches: notifications",
+        "Signed webhooks when a task waits for someone, replies, fails or is canceled "
+        "([notifications.md](notifications.md)).",
     ),
 }
 """Sections of the page, by the first field of each (fields keep the model's order)."""
@@ -73,6 +79,8 @@ ACCEPTS = {
     "oidc_principal_claim": "a claim name",
     "oidc_role_claim": "a claim name",
     "quotas": "JSON",
+    "webhooks": "JSON",
+    "webhook_allow": "host names, addresses or networks, comma-separated",
 }
 """What a setting whose type does not say it accepts (strings, mostly); its check refuses the
 rest."""
@@ -96,7 +104,11 @@ def render_configuration() -> str:
         "results or history. A duration is a number of seconds or a number with a unit: `90`,",
         "`90s`, `15m`, `24h`, `2d`, `1.5h`.",
     ]
-    for name, info in Settings.model_fields.items():
+    fields = Settings.model_fields
+    # The parts mixed into Settings come first in its fields; they are read last.
+    parts = set(WebhookSettings.model_fields)
+    ordered = [n for n in fields if n not in parts] + [n for n in fields if n in parts]
+    for name, info in ((n, fields[n]) for n in ordered):
         if name in GROUPS:
             title, intro = GROUPS[name]
             lines += ["", f"## {title}", ""]

@@ -16,7 +16,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from errands.adapters.mcp.config import McpServerConfig, parse_mcp_servers
 from errands.adapters.temporal_profile import resolve
@@ -56,9 +56,10 @@ from errands.settings._parse import (
     round_settings,
     shown_value,
 )
+from errands.settings._webhooks import WebhookSettings
 
 
-class Settings(BaseSettings):
+class Settings(WebhookSettings):
     """Every setting, by its environment variable. Built by ``load_settings``."""
 
     model_config = SettingsConfigDict(
