@@ -58,6 +58,9 @@ class Notice(BaseModel):
     targets: list[NotifyTarget]
     schedule: str | None = None
     """The schedule whose fire started the task, if one did."""
+    retry_seconds: float = 24 * 3600.0
+    """How long a delivery keeps being retried (``ERRANDS_WEBHOOK_RETRY``, carried by the
+    task's ``RoundSettings``)."""
 
 
 class DeliverInput(BaseModel):

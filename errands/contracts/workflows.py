@@ -91,6 +91,8 @@ class RoundSettings(BaseModel):
     """Off only to compare with a single-run history (tests, benchmarks)."""
     rounds_per_run: int | None = None
     """Continue as new after this many rounds in one run as well; None: only by history size."""
+    notify_retry_seconds: float = 24 * 3600.0
+    """How long a notification keeps being retried before it fails (SPEC §11)."""
 
 
 class TaskInput(BaseModel):

@@ -295,4 +295,5 @@ def round_settings(settings: Settings) -> RoundSettings:
         advisor_limit=settings.advisor_limit,
         side_question_timeout_seconds=settings.side_question_timeout_seconds,
         max_history_events=settings.max_history_events,
+        notify_retry_seconds=settings.webhook_retry_seconds,
     )
