@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         to_start,
     )
     from workflows._failures import Failure, settled
+    from workflows._notices import question_summary
     from workflows._options import run_is_long, store_call, target_version_changed
     from workflows._patches import RunPatches
     from workflows._round import RoundDecider, Waiting
@@ -289,7 +290,12 @@ class RoundLoop:
         """The user's answer, or None when the question expired first. A run grown too long
         meanwhile hands over to a fresh one, the question still pending."""
         round_ = waiting.slot.round
-        self._status.set("waiting_for_user", f"round {round_}: waiting for the user")
+        self._status.set(
+            "waiting_for_user",
+            f"round {round_}: waiting for the user",
+            key=f"question:{waiting.questions.id}",
+            summary=question_summary(waiting.questions),
+        )
         ended = await self._question.wait(waiting.questions, waiting.deadline, self._data.settings)
         if isinstance(ended, HandOver):
             self._state.resume = waiting.slot
@@ -319,6 +325,7 @@ class RoundLoop:
         starts there (auto-upgrade for its first workflow task) and is pinned there from then on.
         """
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._status.notifier.started()
         self._state.runs += 1
         # Read after the handlers finished: the flag is the latest workflow task's.
         upgrade = ContinueAsNewVersioningBehavior.AUTO_UPGRADE if target_version_changed() else None

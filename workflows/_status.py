@@ -9,7 +9,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from errands.agent.pricing import cost_usd
     from errands.contracts.approvals import ApprovalRequest
+    from errands.contracts.notifications import NOTIFY_EVENTS
     from errands.contracts.workflows import TaskError, TaskInput, TaskState
+    from workflows._notices import Notifier, approval_summary
     from workflows._search import Publisher
 
 
@@ -27,18 +29,24 @@ class TaskStatus:
         self.error: TaskError | None = None
         self.last_error: TaskError | None = None
         self._phase_before_approval: str | None = None
+        self.notifier = Notifier(data)
 
     @property
     def ended(self) -> bool:
         return self.status in ("replied", "failed", "canceled")
 
-    def set(self, status: str, phase: str) -> None:
+    def set(self, status: str, phase: str, *, key: str | None = None, summary: str = "") -> None:
+        """Change the state and phase; a new state the task's targets want is notified, as
+        ``key`` (default: the state's name; a wait names what it waits on) with ``summary``."""
+        changed = status != self.status
         self.status, self.phase = status, phase
         self._search.publish(
             state=status,
             round_=self._state.round,
             cost=cost_usd(self._state.ledger, self._data.prices),
         )
+        if changed and status in NOTIFY_EVENTS:
+            self.notifier.notice(status, key or status, summary or None)  # type: ignore[arg-type]
 
     def replied(self, text: str, *, join_reason: str | None = None) -> None:
         self.reply, self.join_reason = text, join_reason
@@ -52,7 +60,12 @@ class TaskStatus:
         """While a call waits for approval the task waits for the user; then it runs again."""
         if waiting and self.status == "running":
             self._phase_before_approval = self.phase
-            self.set("waiting_for_user", f"waiting for approval of {waiting[0].tool}")
+            self.set(
+                "waiting_for_user",
+                f"waiting for approval of {waiting[0].tool}",
+                key=f"approval:{waiting[0].approval_id}",
+                summary=approval_summary(waiting[0]),
+            )
         elif not waiting and self._phase_before_approval is not None:
             phase, self._phase_before_approval = self._phase_before_approval, None
             if self.status == "waiting_for_user" and not question_open:

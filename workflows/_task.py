@@ -355,12 +355,14 @@ class TaskWorkflow:
             self._status.set("canceled", "canceled")
             await self._close_sessions()
             await self._log_end("canceled", **self._cancel_fields())
+            await self._status.notifier.started()
             raise
         except Exception as error:  # noqa: BLE001 - nothing escapes as a stuck workflow task
             if is_cancelled_exception(error):
                 self._status.set("canceled", "canceled")
                 await self._close_sessions()
                 await self._log_end("canceled", **self._cancel_fields())
+                await self._status.notifier.started()
                 raise asyncio.CancelledError(str(error)) from error
             workflow.logger.exception("task %s failed outside a round", data.task_id)
             self._status.fail("internal", f"{type(error).__name__}: {error}")
@@ -371,6 +373,7 @@ class TaskWorkflow:
         self._next_task = await start_queued(self.data, self.state)
         # A side question in flight is answered before the task closes.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._status.notifier.started()
         return self._result()
 
     async def _close_sessions(self) -> None:

@@ -135,8 +135,7 @@ class TaskInput(BaseModel):
     """Where its changes of state are notified (SPEC §11), by reference: resolved by the
     frontend from ``ERRANDS_WEBHOOKS`` and the start's own ``notify``; never a secret."""
     schedule: str | None = None
-    """The schedule whose fire started it (its ``ErrandsSchedule``); its id is then the
-    workflow id the schedule gave the fire, not ``task_id``."""
+    """The name of the schedule whose fire started it (its ``ErrandsSchedule``), if one did."""
 
 
 class Slot(BaseModel):
