@@ -29,7 +29,9 @@ from errands.contracts.workflows import RoundSettings
 TITLE = "B4 · fan-out"
 FULL = {"branches": [1, 8, 32], "repeats": 5, "warmup": 1}
 SMOKE = {"branches": [1, 2], "repeats": 1, "warmup": 0}
-TARGET = 3.0
+TARGET = 1.1
+"""The largest round's task, end to end, against the hand-written floor of the same width run
+beside it: what errands adds to Temporal's own cost of a wide fan-out."""
 
 
 async def round_seconds(stack: Stack, workflow_id: str) -> float:
@@ -89,6 +91,7 @@ async def run(
             "end_to_end_ratio": round(med["end"][n] / med["end"][first], 2),
             "floor_median_ms": round(med["floor"][n] * 1000, 1),
             "floor_ratio": round(med["floor"][n] / med["floor"][first], 2),
+            "against_floor": round(med["end"][n] / med["floor"][n], 2),
             "cpu_s_bench_process": round(med["cpu_here"][n], 2),
             "cpu_s_dev_server": round(med["cpu_server"][n], 2),
             "floor_cpu_s": round(med["floor_cpu"][n], 2),
@@ -104,7 +107,7 @@ async def run(
         f"{_count(hops.child_activities, 'activity')}, "
         f"{_count(hops.local_after, 'local activity')} and {_count(hops.after, 'activity')}",
         "sizes": sizes,
-        "target": f"{branches[-1]}-branch round <= {TARGET}x the 1-branch round",
+        "target": f"{branches[-1]}-branch task end to end <= {TARGET}x its floor",
     }
 
 
@@ -119,12 +122,22 @@ def _cpu(server: list[int]) -> tuple[float, float]:
 
 def verdict(result: dict[str, Any]) -> tuple[str, str, bool]:
     first, last = result["sizes"][0], result["sizes"][-1]
+    against = _against_floor(last)
     figure = (
-        f"{last['branches']}-branch round {last['round_ratio']}× the {first['branches']}-branch "
-        f"round ({last['round_median_ms'] / 1000:.1f} s vs {first['round_median_ms']:.0f} ms); "
-        f"the no-op floor scales {last['floor_ratio']}×"
+        f"{last['branches']} branches end to end {against}× the {last['branches']}-child floor "
+        f"({last['end_to_end_median_ms'] / 1000:.2f} s vs {last['floor_median_ms'] / 1000:.2f} s); "
+        f"the round {last['round_ratio']}× the {first['branches']}-branch round, the floor "
+        f"{last['floor_ratio']}× its own"
     )
-    return figure, f"≤ {TARGET:g}×", last["round_ratio"] <= TARGET
+    return figure, f"≤ {TARGET:g}× the floor", against <= TARGET
+
+
+def _against_floor(size: dict[str, Any]) -> float:
+    """End to end against the floor of the same width (computed for results from before it
+    was recorded)."""
+    if "against_floor" in size:
+        return float(size["against_floor"])
+    return round(size["end_to_end_median_ms"] / size["floor_median_ms"], 2)
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -132,14 +145,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"Shape: {result['shape']}. Medians.",
         "",
         "| branches | delegating round ms | × 1 branch | end to end ms | × 1 branch | floor ms "
-        "| floor × 1 | CPU s: bench process / dev server | floor CPU s | n |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| floor × 1 | end to end × floor | CPU s: bench process / dev server | floor CPU s | n |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in result["sizes"]:
         lines.append(
             f"| {s['branches']} | {s['round_median_ms']} | **{s['round_ratio']}** | "
             f"{s['end_to_end_median_ms']} | {s['end_to_end_ratio']} | {s['floor_median_ms']} | "
-            f"{s['floor_ratio']} | {s['cpu_s_bench_process']} / {s['cpu_s_dev_server']} | "
+            f"{s['floor_ratio']} | **{_against_floor(s)}** | "
+            f"{s['cpu_s_bench_process']} / {s['cpu_s_dev_server']} | "
             f"{s.get('floor_cpu_s', '—')} | {s['n']} |"
         )
     lines += ["", f"Target: {result['target']}. {_limit(result)}"]
@@ -167,12 +181,11 @@ def _limit(result: dict[str, Any]) -> str:
         seconds = one + extra * per_branch / cpus
         return f"{seconds:.1f} s, {seconds / one:.1f}×"
 
-    met = last["round_ratio"] <= TARGET
+    against = _against_floor(last)
     head = (
-        "Met."
-        if met
-        else f"Missed by {last['round_ratio'] / TARGET:.1f}× ({last['round_ratio']}× against "
-        f"{TARGET:g}×)."
+        f"Met: {against}× the floor."
+        if against <= TARGET
+        else f"Missed: {against}× the floor against {TARGET:g}×."
     )
     return (
         f"{head} What limits it, measured: each extra branch costs {cpu * 1000:.0f} ms of CPU "

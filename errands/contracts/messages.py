@@ -197,11 +197,14 @@ MessageKind = Literal[
     "tool_result",
     "tools",
     "mcp_holder",
+    "notify_target",
 ]
 """What a stored row is. ``ack``: a delegating round's acknowledgement; ``branch``: one
 subtask's outcome; ``step``/``tool_result``: rows of a branch's own thread; ``summary``: a
 compaction summary; ``tools``: the MCP tool list a task pinned (in a session of its own);
-``mcp_holder``: the worker queue holding a stateful MCP session (``activities._mcp_sessions``)."""
+``mcp_holder``: the worker queue holding a stateful MCP session (``activities._mcp_sessions``);
+``notify_target``: a URL given with a task or schedule and its secret, in a session of its own
+(``errands.contracts.notifications.stored_target_id``)."""
 
 
 class NewMessage(BaseModel):
