@@ -10,7 +10,7 @@
 On a ``Client`` it sets the pydantic data converter (errands' payloads are pydantic models) and,
 with ``ERRANDS_ENCRYPTION_KEYS``, the encryption codec; the client's workers then inherit the
 plugin. A worker given the plugin alone refuses a client that does not encrypt with those keys.
-On a ``Worker`` it adds the three workflows, the activities and the log-context interceptor; on
+On a ``Worker`` it adds the workflows, the activities and the log-context interceptor; on
 a ``Replayer``, the workflows, converter (codec included) and interceptor. The session store
 and the model router are opened when a worker is configured, not before (a plugin used only on
 a client opens no database), and closed when that worker stops.
@@ -45,6 +45,7 @@ from activities import (
     SessionActivities,
     ToolActivities,
 )
+from activities._notify import NotifyActivities
 from errands.adapters.encryption import configured_keys, encrypts_with, with_encryption
 from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.adapters.routing import ModelRouter
@@ -60,6 +61,7 @@ WORKFLOWS: list[type] = [
     workflows.TaskWorkflow,
     workflows.SubtaskWorkflow,
     workflows.SideQuestionWorkflow,
+    workflows.NotificationWorkflow,
 ]
 
 
@@ -279,6 +281,7 @@ def build_activities(
         store, types, mcp, tools, result_max_bytes=router.settings.tool_result_max_bytes
     )
     consult = ConsultActivities(store, router, types, tools)
+    notify = NotifyActivities(store, router.settings)
     return [
         session.open_task,
         session.prepare_round,
@@ -299,6 +302,8 @@ def build_activities(
         tool_calls.close_mcp_sessions,
         consult.consult_advisor,
         consult.answer_side_question,
+        notify.deliver_notification,
+        notify.record_notification_failed,
     ]
 
 

@@ -10,17 +10,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from workflows._notify import NotificationWorkflow
     from workflows._side import SideQuestionWorkflow
     from workflows._subtask import SubtaskWorkflow
     from workflows._task import TaskWorkflow
 
 _HOMES = {
+    "NotificationWorkflow": "workflows._notify",
     "SideQuestionWorkflow": "workflows._side",
     "SubtaskWorkflow": "workflows._subtask",
     "TaskWorkflow": "workflows._task",
 }
 
-__all__ = ["SideQuestionWorkflow", "SubtaskWorkflow", "TaskWorkflow"]
+__all__ = ["NotificationWorkflow", "SideQuestionWorkflow", "SubtaskWorkflow", "TaskWorkflow"]
 
 
 def __getattr__(name: str) -> Any:
