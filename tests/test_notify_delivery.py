@@ -24,6 +24,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from activities._notify import commands
 from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.adapters.webhooks import new_secret
 from errands.contracts.events import StoredEvent
@@ -40,7 +41,7 @@ from errands.contracts.notifications import (
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_process
-from tests.helpers import eventually
+from tests.helpers import DATABASE, ask, eventually, final, start_task, until_waiting
 from workflows._notify import span
 
 SECRET = new_secret()
@@ -447,3 +448,47 @@ def test_an_approval_waiting_names_the_commands_that_approve_or_deny_it() -> Non
 @pytest.mark.fast
 def test_a_retry_window_is_named_in_the_unit_that_reads_best() -> None:
     assert [span(s) for s in (86400, 600, 3, 90, 1.5)] == ["24 h", "10 min", "3 s", "90 s", "1.5 s"]
+
+
+# -- a task's own notifications ------------------------------------------------------------------
+
+
+async def test_a_task_that_asks_then_replies_notifies_each_change_once(
+    client: Client, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
+) -> None:
+    scripted.script("gpt-notify", ask(DATABASE), final("PostgreSQL it is."))
+    async with (
+        receiving(200) as receiver,
+        notifier(client, settings, store, ops=receiver.url()) as queue,
+    ):
+        handle = await start_task(
+            client,
+            queue,
+            "pick a database",
+            model="openai:gpt-notify",
+            notify=[NotifyTarget(ref="config:ops")],
+        )
+        status = await until_waiting(handle)
+        await eventually(lambda: receiver.hits, "the waiting_for_user notification")
+        qs_id = status.pending_question["id"]  # type: ignore[index]
+        await handle.execute_update(
+            "answer_question", {"question_set_id": qs_id, "answers": {"q1": ["PostgreSQL"]}}
+        )
+        assert (await handle.result()).reply == "PostgreSQL it is."
+        await eventually(lambda: len(receiver.hits) == 2, "the replied notification")
+
+    waiting, replied = (hit.json() for hit in receiver.hits)
+    assert (waiting["type"], replied["type"]) == ("task.waiting_for_user", "task.replied")
+    assert waiting["data"]["summary"] == "Database"
+    assert all(verifies(SECRET, h.headers, h.body) for h in receiver.hits)
+    assert len({h.headers["webhook-id"] for h in receiver.hits}) == 2
+
+    def both_recorded() -> list[StoredEvent]:
+        found = records(store, handle.id)
+        return found if len(found) == 2 else []
+
+    sent = await eventually(both_recorded, "both deliveries in the task's log")
+    assert [(e.type, e.data["event"]) for e in sent] == [
+        ("notification_sent", "waiting_for_user"),
+        ("notification_sent", "replied"),
+    ]
