@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -65,6 +66,7 @@ class Hit:
     headers: dict[str, str]
     body: bytes
     status: int
+    at: float = field(default_factory=time.monotonic)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -91,9 +93,8 @@ class Receiver:
         else:
             status = self.statuses[min(len(self.hits), len(self.statuses) - 1)]
         self.hits.append(Hit({k.lower(): v for k, v in request.headers.items()}, body, status))
-        return web.Response(
-            status=status, headers={"Location": self.location} if status == 302 else {}
-        )
+        said = {302: {"Location": self.location}, 429: {"Retry-After": "3"}}
+        return web.Response(status=status, headers=said.get(status, {}))
 
 
 @asynccontextmanager
@@ -375,6 +376,20 @@ async def test_a_retry_window_that_closes_is_recorded_and_the_workflow_completes
     assert found["type"] == "notification_failed"
     assert found["detail"] == "gave up after 3 s: last attempt 503 Service Unavailable"
     assert found["host"] == LOOPBACK
+
+
+async def test_a_receivers_retry_after_spaces_the_next_attempt(
+    client: Client, settings: Settings, store: SessionStore
+) -> None:
+    async with receiving(429, 200) as receiver:
+        async with notifier(client, settings, store, busy=receiver.url()) as queue:
+            data = notice("config:busy")
+            assert await deliver(client, queue, data) == {"config:busy": "sent"}
+    first, second = receiver.hits
+    # Retry-After: 3, where the policy alone would have tried again after 1 s. A lower bound,
+    # only: a loaded machine may take longer, never shorter.
+    assert second.at - first.at >= 2.5
+    assert record_of(store, data, "config:busy")["attempts"] == 2
 
 
 # -- kill -9 of the worker between attempts -------------------------------------------------------
