@@ -42,7 +42,8 @@ Delivered = Literal["sent", "failed"]
 """What became of one notice to one target: recorded as sent, or recorded as failed."""
 
 RETRY_TYPE = "notification_retry"
-"""The error type of an attempt worth repeating; its first detail is the attempt's outcome."""
+"""The error type of an attempt worth repeating; its details are the attempt's outcome and its
+number."""
 MAX_RETRY_AFTER = 3600.0
 """The longest ``Retry-After`` honoured, in seconds: a receiver cannot park a delivery longer."""
 
@@ -89,6 +90,7 @@ class NotifyActivities:
             f"attempt {attempt} to notify {host} of {notice.event}: {outcome.detail}; the "
             "activity retry policy tries again until the notification's retry window closes",
             outcome.detail,
+            attempt,
             type=RETRY_TYPE,
             next_retry_delay=None
             if after is None
@@ -100,7 +102,7 @@ class NotifyActivities:
         """Record a delivery the workflow gave up on (its retry window closed), once."""
         found = await asyncio.to_thread(self._resolve, data.target)
         host = None if isinstance(found, str) else urlsplit(found.url).hostname
-        await self._record_failed(data.notice, data.target, host, None, data.detail)
+        await self._record_failed(data.notice, data.target, host, data.attempts, data.detail)
 
     def body(self, notice: Notice) -> dict[str, Any]:
         """The notification as the receiver reads it: ids, links and commands, no transcript."""

@@ -36,6 +36,8 @@ TYPES = [
     "replied",
     "failed",
     "canceled",
+    "notification_sent",
+    "notification_failed",
 ]
 
 

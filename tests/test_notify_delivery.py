@@ -376,6 +376,7 @@ async def test_a_retry_window_that_closes_is_recorded_and_the_workflow_completes
     assert found["type"] == "notification_failed"
     assert found["detail"] == "gave up after 3 s: last attempt 503 Service Unavailable"
     assert found["host"] == LOOPBACK
+    assert found["attempts"] == len(receiver.hits)
 
 
 async def test_a_receivers_retry_after_spaces_the_next_attempt(

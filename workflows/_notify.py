@@ -67,10 +67,11 @@ async def deliver(notice: Notice, target: NotifyTarget) -> Delivered:
     except ActivityError as error:
         raise_if_cancelled(error)
         detail = why_it_stopped(error, notice.retry_seconds)
+        attempts = attempts_made(error)
     try:
         await workflow.execute_activity_method(
             NotifyActivities.record_notification_failed,
-            DeliveryFailed(notice=notice, target=target, detail=detail),
+            DeliveryFailed(notice=notice, target=target, detail=detail, attempts=attempts),
             start_to_close_timeout=STORE_TIMEOUT,
             retry_policy=STORE_RETRY,
             summary=f"record that {target.ref} was not notified",
@@ -111,6 +112,17 @@ def last_attempt(error: ActivityError) -> str:
     if isinstance(error.cause, FailureError):
         return f"never finished ({error.cause.message})"
     return "never finished"
+
+
+def attempts_made(error: ActivityError) -> int | None:
+    """How many attempts the last one said it was (its failure's second detail)."""
+    cause: BaseException | None = error.cause
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == RETRY_TYPE:
+            number = cause.details[1] if len(cause.details) > 1 else None
+            return number if isinstance(number, int) else None
+        cause = cause.__cause__
+    return None
 
 
 def span(seconds: float) -> str:

@@ -76,6 +76,8 @@ class DeliveryFailed(BaseModel):
     notice: Notice
     target: NotifyTarget
     detail: str
+    attempts: int | None = None
+    """How many attempts were made, as the last one reported; None when none reported."""
 
 
 def stored_target_ref(owner: str, k: int) -> str:
