@@ -59,7 +59,20 @@ const HANDLERS = {
     finish(w, "failed");
   },
   canceled: (w) => finish(w, "canceled"),
+  notification_sent: (w, e) => {
+    const tries = e.attempts === 1 ? "" : ` after ${e.attempts} attempts`;
+    note(w.round, `notified ${e.host} that the task is ${notified(e.event)}${tries}`);
+  },
+  notification_failed: (w, e) => {
+    const where = e.host ? ` ${e.host}` : "";
+    note(w.round, `could not notify${where} (${e.target}): ${e.detail}`);
+  },
 };
+
+// How a notification names the change it told of.
+function notified(event) {
+  return event === "waiting_for_user" ? "waiting for you" : event;
+}
 
 // A question or approval the log says waits no more: its card goes, and the task runs on
 // unless another card waits.
