@@ -20,6 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
+from errands.cli import _notifications as notifications
 from errands.cli import _principals as principals
 from errands.cli import _upgrade as upgrade
 from errands.cli._codec import DEV_CODEC_PORT, codec_server
@@ -133,6 +134,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--fallback-model", help="provider:model of the fallback slot")
     run.add_argument("--headless", action="store_true", help="no one will answer questions")
     run.add_argument("--detach", action="store_true", help="print the task id and return")
+    run.add_argument(
+        "--notify",
+        action="append",
+        metavar="URL",
+        help="an https:// URL notified of this task's changes of state, signed with a secret "
+        "printed once (repeat for up to 4)",
+    )
 
     wait = command("wait", commands.wait, "wait for a task to end and print its result", "task")
     wait.add_argument("--timeout", type=float, default=None, help="seconds (default: forever)")
@@ -243,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
 
     command("worker", commands.worker, "run a worker against the configured Temporal", json=False)
     upgrade.add_command(sub)
+    notifications.add_command(sub)
     principals.add_command(sub)
     for name in REACHES_TEMPORAL:
         if name in sub.choices:

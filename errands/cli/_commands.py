@@ -12,6 +12,7 @@ from errands.adapters.store import open_store, sqlite_path
 from errands.cli._codec import dev_codec_server, dev_keys, key_source
 from errands.cli._connection import connection_flags, connection_report, render_connection
 from errands.cli._follow import follow
+from errands.cli._notifications import print_secrets
 from errands.cli._output import approvals_so_far, event_line, note, print_state, who
 from errands.cli._stack import dev_server, stack, ui_url
 from errands.cli._terminal import one_line, shown
@@ -33,6 +34,7 @@ async def run(args: argparse.Namespace) -> int:
         "model": args.model,
         "fallback_model": args.fallback_model,
         "headless": args.headless,
+        "notify": args.notify,
     }
     try:
         # Everything is checked before the stack starts and anything is written.
@@ -45,6 +47,7 @@ async def run(args: argparse.Namespace) -> int:
             note(model_note)
     async with stack(settings, need_worker_here=not args.detach) as client:
         handle = await client.start(args.text, **options)
+        print_secrets(handle.notify_secrets)
         if args.detach:
             if args.json:
                 print(

@@ -29,6 +29,7 @@ REACHES_TEMPORAL = (
     "worker",
     "config",
     "upgrade",
+    "notifications",
 )
 """The commands that open a Temporal client (or, ``config``, show which one they would)."""
 

@@ -31,12 +31,15 @@ from errands.client._client import (
 )
 from errands.client._handle import TaskHandle, TaskInfo
 from errands.client._identify import Authenticator
+from errands.client._notify import Delivery, GivenTarget
 from errands.client._upgrade import TaskOnOldVersion
 
 __all__ = [
     "QUERY_TIMEOUT",
     "Authenticator",
     "Client",
+    "Delivery",
+    "GivenTarget",
     "StartOptions",
     "TaskHandle",
     "TaskInfo",

@@ -25,6 +25,7 @@ from errands.adapters.encryption import SessionTags, data_converter, encrypting,
 from errands.adapters.store import SessionStore, TaskStart, open_store, sqlite_path
 from errands.agent.pricing import price_table
 from errands.agent.validation import check_model_spec, check_session_id, check_task_text
+from errands.client import _notify as notices
 from errands.client._access import check_session, no_session
 from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
@@ -106,6 +107,9 @@ class StartOptions(TypedDict, total=False):
     task_id: str | None
     """The id to start it under; default: a new one. A task that exists already under it is
     refused with ``Conflict``, never silently reused."""
+    notify: str | Sequence[str] | None
+    """Up to 4 ``https://`` URLs notified of this task alone (SPEC §11), each signed with a
+    secret of its own, returned once: ``TaskHandle.notify_secrets``."""
 
 
 def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -> TaskInput:
@@ -120,6 +124,8 @@ def task_input(settings: Settings, text: str, **options: Unpack[StartOptions]) -
         session_id = check_session_id(session) if session is not None else new_session_id()
     except ValueError as error:
         raise InvalidRequest(str(error)) from None
+    notices.check_not_reserved(session_id)
+    notices.notify_urls(options.get("notify"))
     primary = model or settings.default_model()[0]
     fallback = fallback_model or settings.fallback_model
     for field, spec in (("model", primary), ("fallback_model", fallback)):
@@ -280,7 +286,10 @@ class Client:
         async with quota_checked(self, acting):  # held until the start is recorded
             owner = await self._owner_of_new_task(data.session_id)  # claimed once allowed
             role = acting.role if acting is not None and acting.id == owner else None
-            data = data.model_copy(update={"owner": owner, "owner_role": role})
+            urls = notices.notify_urls(options.get("notify"))
+            notify, given = await notices.start_targets(self, data.task_id, owner, role, urls)
+            update = {"owner": owner, "owner_role": role, "notify": notify}
+            data = data.model_copy(update=update)
             try:
                 await self.temporal.start_workflow(
                     TASK_WORKFLOW,
@@ -303,7 +312,7 @@ class Client:
             except RPCError as error:
                 raise refusal(error, data.task_id, self.namespace) from None
             await self.record_start(data)
-        return TaskHandle(self, data.task_id, session_id=data.session_id)
+        return TaskHandle(self, data.task_id, session_id=data.session_id, notify_secrets=given)
 
     async def record_start(self, data: TaskInput) -> None:
         """Record that the task ``data`` started, for its owner's quotas (nothing for a task
@@ -377,6 +386,11 @@ class Client:
             )
         return summaries
 
+    async def notifications(self, task_id: str) -> list[notices.Delivery]:
+        """Every delivery of the task's notifications, sent, failed or still retrying (the task
+        read as ``status`` reads it: ``TaskNotFound`` unless the caller may)."""
+        return await notices.deliveries(self.task(task_id))
+
     async def upgrade(
         self, from_build: str, *, deployment: str | None = None, dry_run: bool = False
     ) -> list[TaskOnOldVersion]:
@@ -389,6 +403,7 @@ class Client:
 
     async def history(self, session_id: str, *, after: int = 0) -> list[StoredMessage]:
         """The session's messages, oldest first (those with ``seq > after``)."""
+        notices.check_readable(session_id)  # not the targets of tasks, with their secrets
         store = await asyncio.to_thread(self._reader, True)
         assert store is not None
         if self.acting is not None:

@@ -5,7 +5,7 @@ waits for the user (a question or a tool call), the same way for both."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,6 +31,7 @@ from errands.errors import AnswerRejected, Conflict, NoWorker, TaskEnded, TaskNo
 
 if TYPE_CHECKING:
     from errands.client._client import Client
+    from errands.client._notify import GivenTarget
 
 TASK_WORKFLOW = "TaskWorkflow"
 _Result = TypeVar("_Result")
@@ -58,11 +59,21 @@ def _workflow_not_ready(error: RPCError) -> bool:
 class TaskCalls:
     """A task's id and client, and the calls every operation on it is made of."""
 
-    def __init__(self, client: Client, task_id: str, *, session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_id: str,
+        *,
+        session_id: str | None = None,
+        notify_secrets: Sequence[GivenTarget] = (),
+    ) -> None:
         self._client = client
         self.task_id = task_id
         self.session_id = session_id
         """The task's session, when known without asking (a handle from ``start``)."""
+        self.notify_secrets = list(notify_secrets)
+        """The URLs given with the start (``notify``), each with its ref and signing secret:
+        on the handle ``start`` returns, and nowhere else, ever (empty on any other)."""
 
     async def _answer_pending(
         self,

@@ -45,6 +45,8 @@ from errands.gateway._models import (
     MessageRequest,
     Messages,
     NewTask,
+    Notifications,
+    NotifySecret,
     Problem,
     SideAnswerOut,
     SideQuestionRequest,
@@ -143,8 +145,10 @@ def create_app(
             model=body.model,
             fallback_model=body.fallback_model,
             headless=body.headless,
+            notify=body.notify,
         )
-        return TaskCreated(task_id=handle.task_id, session_id=session_id)
+        given = [NotifySecret(**asdict(g)) for g in handle.notify_secrets]
+        return TaskCreated(task_id=handle.task_id, session_id=session_id, notify=given)
 
     @api.get(
         "/tasks/{task_id}",
@@ -153,6 +157,17 @@ def create_app(
     )
     async def task_state(task_id: TaskId, client: Acting) -> JSONResponse:
         return JSONResponse((await client.task(task_id).status()).public())
+
+    @api.get(
+        "/tasks/{task_id}/notifications",
+        response_model=Notifications,
+        summary="The task's notifications: each delivery, sent, failed or still retrying",
+    )
+    async def notifications(task_id: TaskId, client: Acting) -> Notifications:
+        found = await client.notifications(task_id)
+        return Notifications.model_validate(
+            {"task_id": task_id, "deliveries": [d.public() for d in found]}
+        )
 
     @api.post(
         "/tasks/{task_id}/answer",

@@ -38,6 +38,11 @@ class NewTask(_Request):
         description="provider:model of the fallback",
     )
     headless: bool = Field(default=False, description="No one will answer questions.")
+    notify: str | list[str] | None = Field(
+        default=None,
+        description="An https:// URL, or a list of up to 4, notified of this task's changes "
+        "of state (docs/notifications.md); each one's signing secret is in the response, once.",
+    )
 
     @field_validator("text")
     @classmethod
@@ -148,10 +153,39 @@ class SideQuestionRequest(_Request):
         return value
 
 
+class NotifySecret(BaseModel):
+    url: str
+    ref: str = Field(description="stored:TASK:K, the target its deliveries name.")
+    secret: str = Field(
+        description="whsec_…: verifies each notification's webhook-signature (Standard "
+        "Webhooks). Shown in this response only: errands never shows it again."
+    )
+
+
 class TaskCreated(BaseModel):
     task_id: str
     session_id: str
     status: Literal["running"] = "running"
+    notify: list[NotifySecret] = Field(
+        default_factory=list, description="The URLs given in notify, each with its secret."
+    )
+
+
+class DeliveryOut(BaseModel):
+    webhook_id: str = Field(description="The webhook-id header, the same on every attempt.")
+    event: str = Field(description="waiting_for_user, replied, failed or canceled")
+    target: str = Field(description="config:NAME or stored:TASK:K")
+    host: str | None
+    state: Literal["sent", "failed", "retrying"]
+    attempts: int
+    status: int | None = Field(default=None, description="The receiver's last HTTP status.")
+    detail: str | None = Field(default=None, description="Why it failed, or is retried.")
+    at: str | None = Field(default=None, description="When it became final (ISO 8601, UTC).")
+
+
+class Notifications(BaseModel):
+    task_id: str
+    deliveries: list[DeliveryOut]
 
 
 class AnswerAccepted(BaseModel):
