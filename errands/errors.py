@@ -16,7 +16,8 @@
     │   ├── Unauthorized          no credential, or one refused (the reason says why)
     │   ├── NotFound              nothing the caller may see has that id (missing, or another's)
     │   │   ├── TaskNotFound      no such task for the caller
-    │   │   └── SessionNotFound   no such session for the caller
+    │   │   ├── SessionNotFound   no such session for the caller
+    │   │   └── ScheduleNotFound  no such schedule for the caller
     │   ├── QuotaExceeded         over a quota of the caller's: ``retry_after`` seconds
     │   └── Conflict              the task's state does not allow it (nothing pending, busy…)
     │       └── TaskEnded         the task has ended, so it cannot take the request
@@ -202,6 +203,11 @@ class SessionNotFound(NotFound):
     """No session the caller may see has that id."""
 
 
+class ScheduleNotFound(NotFound):
+    """No schedule the caller may see has that name: none exists (Temporal's own not-found of
+    ``errands-NAME``), or it is someone else's."""
+
+
 class QuotaExceeded(Refused):
     """A start over one of the acting principal's quotas (``ERRANDS_QUOTAS``): nothing was
     started. ``retry_after``: seconds until the quota allows it again (the HTTP ``Retry-After``);
@@ -348,6 +354,7 @@ __all__ = [
     "PickerClosed",
     "QuotaExceeded",
     "Refused",
+    "ScheduleNotFound",
     "SessionNotFound",
     "SideQuestionFailed",
     "Stopped",

@@ -46,12 +46,14 @@ from activities import (
     ToolActivities,
 )
 from activities._notify import NotifyActivities
+from activities._schedules import ScheduleActivities
 from errands.adapters.encryption import configured_keys, encrypts_with, with_encryption
 from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore, open_store
 from errands.adapters.telemetry import LogContextInterceptor
 from errands.agent.subtask_types import SubtaskType, WorkTool, load_types, unique_types
+from errands.client._client import task_input
 from errands.errors import ConfigError
 from errands.settings import Settings, load_settings
 
@@ -62,6 +64,7 @@ WORKFLOWS: list[type] = [
     workflows.SubtaskWorkflow,
     workflows.SideQuestionWorkflow,
     workflows.NotificationWorkflow,
+    workflows.ScheduleFireWorkflow,
 ]
 
 
@@ -282,6 +285,7 @@ def build_activities(
     )
     consult = ConsultActivities(store, router, types, tools)
     notify = NotifyActivities(store, router.settings)
+    schedules = ScheduleActivities(store, router.settings, task_input)
     return [
         session.open_task,
         session.prepare_round,
@@ -304,6 +308,7 @@ def build_activities(
         consult.answer_side_question,
         notify.deliver_notification,
         notify.record_notification_failed,
+        schedules.prepare_scheduled_task,
     ]
 
 

@@ -11,18 +11,26 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workflows._notify import NotificationWorkflow
+    from workflows._schedule import ScheduleFireWorkflow
     from workflows._side import SideQuestionWorkflow
     from workflows._subtask import SubtaskWorkflow
     from workflows._task import TaskWorkflow
 
 _HOMES = {
     "NotificationWorkflow": "workflows._notify",
+    "ScheduleFireWorkflow": "workflows._schedule",
     "SideQuestionWorkflow": "workflows._side",
     "SubtaskWorkflow": "workflows._subtask",
     "TaskWorkflow": "workflows._task",
 }
 
-__all__ = ["NotificationWorkflow", "SideQuestionWorkflow", "SubtaskWorkflow", "TaskWorkflow"]
+__all__ = [
+    "NotificationWorkflow",
+    "ScheduleFireWorkflow",
+    "SideQuestionWorkflow",
+    "SubtaskWorkflow",
+    "TaskWorkflow",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,7 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "ErrandsCost": "Double",
     "ErrandsSession": "Keyword",
     "ErrandsOwner": "Keyword",
+    "ErrandsSchedule": "Keyword",
 }
 """The custom search attributes the workflows set, registered at server start."""
 

@@ -22,6 +22,9 @@ COST = SearchAttributeKey.for_float("ErrandsCost")
 SESSION = SearchAttributeKey.for_keyword("ErrandsSession")
 OWNER = SearchAttributeKey.for_keyword("ErrandsOwner")
 """The id of the principal the task belongs to (SPEC §10); absent on a task nobody owns."""
+SCHEDULE = SearchAttributeKey.for_keyword("ErrandsSchedule")
+"""The name of the schedule whose fire started the task (SPEC §11), on the task, on the fire's
+workflow and on the schedule itself (``errands-{NAME}``); absent on a task started otherwise."""
 
 
 SESSION_MEMO = "errands_session"
