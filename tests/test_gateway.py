@@ -633,6 +633,7 @@ def test_the_openapi_document_lists_every_operation() -> None:
         "/v1/tasks/{task_id}/cancel",
         "/v1/sessions/{session_id}/messages",
         "/v1/tasks/{task_id}/events",
+        "/v1/tasks/{task_id}/notifications",
         "/v1/tasks",
         "/v1/info",
         "/v1/me",

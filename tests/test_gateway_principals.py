@@ -188,6 +188,9 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/tasks/{task_id}/events"): lambda h, a, t, s: first_event(
         h, f"/v1/tasks/{t}/events", a
     ),
+    ("GET", "/v1/tasks/{task_id}/notifications"): lambda h, a, t, s: h.get(
+        f"/v1/tasks/{t}/notifications", headers=a
+    ),
     ("GET", "/v1/tasks"): lambda h, a, t, s: h.get(
         "/v1/tasks", params={"session": s, "limit": 500}, headers=a
     ),
@@ -335,6 +338,7 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
         ("GET", "/v1/tasks/{task_id}"): 200,
         ("GET", "/v1/sessions/{session_id}/messages"): 200,
         ("GET", "/v1/tasks/{task_id}/events"): 200,
+        ("GET", "/v1/tasks/{task_id}/notifications"): 200,
         ("POST", "/v1/tasks/{task_id}/btw"): 200,
         ("POST", "/v1/tasks/{task_id}/answer"): 200,
         APPROVAL: 200,
