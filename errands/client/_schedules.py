@@ -372,3 +372,32 @@ async def _call(call: Any, name: str) -> None:
         await call
     except RPCError as error:
         raise _refused(error, name) from None
+
+
+class ScheduleCalls:
+    """``errands.Client``'s schedule methods (a base class of it): each the function of the same
+    name above, acting as the client's principal."""
+
+    async def add_schedule(self, name: str, text: str, **options: Any) -> NewSchedule:
+        return await add_schedule(self._me(), name, text, **options)
+
+    async def schedules(self) -> list[ScheduleView]:
+        return await list_schedules(self._me())
+
+    async def schedule(self, name: str) -> ScheduleView:
+        return await show_schedule(self._me(), name)
+
+    async def pause_schedule(self, name: str, note: str | None = None) -> None:
+        await pause_schedule(self._me(), name, note)
+
+    async def resume_schedule(self, name: str) -> None:
+        await resume_schedule(self._me(), name)
+
+    async def trigger_schedule(self, name: str, overlap: Overlap | None = None) -> None:
+        await trigger_schedule(self._me(), name, overlap)
+
+    async def delete_schedule(self, name: str) -> None:
+        await delete_schedule(self._me(), name)
+
+    def _me(self) -> Client:
+        return self  # type: ignore[return-value]  # mixed into Client only
