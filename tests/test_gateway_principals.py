@@ -156,6 +156,11 @@ async def first_event(
 
 # -- the routes, each as B tries it on A's task or session ----------------------------------
 
+def schedule_of(session: str) -> str:
+    """The schedule A keeps in ``session`` (the schedule routes are tried on it)."""
+    return f"of-{session}"
+
+
 Probe = Callable[[httpx.AsyncClient, dict[str, str], str, str], Awaitable[httpx.Response]]
 """A request of one route: (http, headers, task id, session id) → the response. The approval
 route is tried on A's task that waits on a tool approval, every other on the one that waits on
@@ -194,12 +199,38 @@ PROBES: dict[tuple[str, str], Probe] = {
     ("GET", "/v1/tasks"): lambda h, a, t, s: h.get(
         "/v1/tasks", params={"session": s, "limit": 500}, headers=a
     ),
+    ("POST", "/v1/schedules"): lambda h, a, t, s: h.post(
+        "/v1/schedules",
+        json={"name": f"b-{s}", "text": "mine now", "every": "1h", "session": s, "paused": True},
+        headers=a,
+    ),
+    ("GET", "/v1/schedules"): lambda h, a, t, s: h.get("/v1/schedules", headers=a),
+    ("GET", "/v1/schedules/{name}"): lambda h, a, t, s: h.get(
+        f"/v1/schedules/{schedule_of(s)}", headers=a
+    ),
+    ("POST", "/v1/schedules/{name}/pause"): lambda h, a, t, s: h.post(
+        f"/v1/schedules/{schedule_of(s)}/pause", headers=a
+    ),
+    ("POST", "/v1/schedules/{name}/resume"): lambda h, a, t, s: h.post(
+        f"/v1/schedules/{schedule_of(s)}/resume", headers=a
+    ),
+    ("POST", "/v1/schedules/{name}/trigger"): lambda h, a, t, s: h.post(
+        f"/v1/schedules/{schedule_of(s)}/trigger", headers=a
+    ),
+    ("DELETE", "/v1/schedules/{name}"): lambda h, a, t, s: h.delete(
+        f"/v1/schedules/{schedule_of(s)}", headers=a
+    ),
     ("GET", "/v1/info"): lambda h, a, t, s: h.get("/v1/info", headers=a),
     ("GET", "/v1/me"): lambda h, a, t, s: h.get("/v1/me", headers=a),
 }
 """Every API route of the gateway; ``test_every_route_is_probed`` fails on one left out."""
 
-UNSCOPED = {("GET", "/v1/info"), ("GET", "/v1/me"), ("GET", "/v1/tasks")}
+UNSCOPED = {
+    ("GET", "/v1/info"),
+    ("GET", "/v1/me"),
+    ("GET", "/v1/tasks"),
+    ("GET", "/v1/schedules"),
+}
 """Routes that name no task or session: B gets B's own answer (the list: none of A's)."""
 
 
@@ -295,6 +326,12 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
     theirs = session_id()
     b_task = await start(http, b, theirs, "Something of B's")
     await until_state(http, b, b_task, "replied")
+    scheduled = await http.post(
+        "/v1/schedules",
+        json={"name": schedule_of(mine), "text": "weekly", "every": "7d", "session": mine},
+        headers=a,
+    )
+    assert scheduled.status_code == 201, scheduled.text
     before = stack.store.list_session(mine)
     missing_session = session_id()
     missing_task = f"task-{missing_session}-0123456789abcdef"
@@ -306,7 +343,7 @@ async def test_user_b_gets_404_on_every_route_of_user_as_task_and_session(
             assert got.status_code == 200, (path, got.text)
             rows.append(Row(method, path, 200, None, None, 0))
             continue
-        if path.startswith("/v1/sessions/{session_id}/tasks"):
+        if path.startswith("/v1/sessions/{session_id}/tasks") or path == "/v1/schedules":
             # A session nobody has is B's for the taking: compare with a missing session's read.
             gone = await http.get(f"/v1/sessions/{missing_session}/messages", headers=b)
             same = anonymised(got, mine) == anonymised(gone, missing_session)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from errands.cli import _commands as commands
 from errands.cli import _notifications as notifications
 from errands.cli import _principals as principals
+from errands.cli import _schedules as schedules
 from errands.cli import _upgrade as upgrade
 from errands.cli._codec import DEV_CODEC_PORT, codec_server
 from errands.cli._connection import REACHES_TEMPORAL, add_connection_flags
@@ -253,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.add_command(sub)
     notifications.add_command(sub)
     principals.add_command(sub)
+    schedules.add_command(sub)
     for name in REACHES_TEMPORAL:
         if name in sub.choices:
             add_connection_flags(sub.choices[name])

@@ -31,6 +31,7 @@ from errands.client._handle import RANDOM_BYTES, TaskHandle
 from errands.client._input import checked
 from errands.client._quotas import quota_checked
 from errands.client._refusals import refusal
+from errands.client._schedules import ScheduleCalls
 from errands.client._sessions import session_of, session_query, start_memo
 from errands.client._task_calls import TASK_WORKFLOW
 from errands.client._upgrade import TaskOnOldVersion, upgrade
@@ -174,7 +175,7 @@ class TaskSummary:
     """The start of the task's text (empty when the session store is not at hand)."""
 
 
-class Client:
+class Client(ScheduleCalls):
     """errands over a connected Temporal client. ``settings`` (default: from the environment)
     choose the task queue, the default models, prices and the SPEC constants a new task gets.
     ``store``: the session store to read history and progress from (default: opened from

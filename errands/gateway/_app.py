@@ -54,6 +54,7 @@ from errands.gateway._models import (
     TaskList,
     TaskOut,
 )
+from errands.gateway._schedules import schedules_router
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -327,6 +328,7 @@ def create_app(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    api.include_router(schedules_router(_acting))
     app.include_router(api)
 
     @app.get("/", include_in_schema=False)
