@@ -156,6 +156,7 @@ async def first_event(
 
 # -- the routes, each as B tries it on A's task or session ----------------------------------
 
+
 def schedule_of(session: str) -> str:
     """The schedule A keeps in ``session`` (the schedule routes are tried on it)."""
     return f"of-{session}"
