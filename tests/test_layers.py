@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agent", ("errands.agent",)),
     ("adapters", ("errands.adapters", "errands.settings")),
     ("client", ("errands.client",)),
+    ("protocols", ("errands.protocols",)),
     ("gateway", ("errands.gateway",)),
     ("composition", ("errands.plugin", "errands.workers")),
     ("cli", ("errands.cli",)),
