@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError
@@ -17,6 +18,7 @@ from pydantic.fields import FieldInfo
 from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.agent.validation import MODEL_PROVIDERS, check_model_spec
+from errands.agent.webhooks import parse_webhooks
 from errands.contracts.urls import masked_url
 from errands.contracts.workflows import RoundSettings, model_queue
 
@@ -134,7 +136,13 @@ SECRETS = {
     "encryption_keys",
 }
 """Fields never shown: the report masks them, a refusal leaves out what was given."""
-URLS = {"database_url", "openai_base_url", "anthropic_base_url", "temporal_ui_url"}
+URLS = {
+    "database_url",
+    "openai_base_url",
+    "anthropic_base_url",
+    "temporal_ui_url",
+    "public_url",
+}
 """Fields whose value is shown through ``masked_url``: its password and query secrets hidden."""
 
 
@@ -149,6 +157,10 @@ def shown_value(name: str, value: Any) -> Any:
         return {"encrypts": ids[0], "keys": ids}
     if name in SECRETS and value is not None:
         return f"****{value[-4:]}" if len(str(value)) >= 16 else "set"
+    if name == "webhooks" and value is not None:
+        # Each carries a secret, and a URL's path may hold a token: each webhook's host only.
+        hooks = parse_webhooks(value)
+        return {n: urlsplit(hook.url).hostname for n, hook in hooks.items()}
     if name == "mcp_servers" and value is not None:
         # Headers and env may hold secrets: only each server's transport is shown.
         servers = parse_mcp_servers(value)

@@ -90,9 +90,9 @@ def _problem(detail: ErrorDetails) -> tuple[str, str]:
     return variable, f"{variable}{given} is not allowed: {reason}"
 
 
-UNSHOWN = SECRETS | {"mcp_servers"}
-"""Settings a refusal does not repeat: secrets, and the MCP servers (their headers and env
-hold credentials, and the reason says where the JSON is wrong)."""
+UNSHOWN = SECRETS | {"mcp_servers", "webhooks"}
+"""Settings a refusal does not repeat: secrets, the MCP servers (their headers and env hold
+credentials) and the webhooks (their secrets); the reason says where the JSON is wrong."""
 
 
 def _given(name: str, value: Any) -> Any:
