@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import socket
 import ssl
@@ -34,6 +35,23 @@ import httpx
 from errands.adapters.webhooks._guard import Resolved, WebhookPolicy, check_url
 from errands.adapters.webhooks._sign import headers
 from errands.errors import WebhookRefused
+
+
+class _NoUrlPaths(logging.Filter):
+    """httpx logs each request's whole URL; a webhook's path or query may hold a token, and no
+    log line may (SPEC §11): its records keep a URL's scheme, host and port."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                f"{a.scheme}://{a.netloc.decode('ascii')}/…" if isinstance(a, httpx.URL) else a
+                for a in record.args
+            )
+        return True
+
+
+_HTTPX_LOG = logging.getLogger("httpx")
+_NO_URL_PATHS = _NoUrlPaths()
 
 _RETRY_STATUSES = frozenset({408, 429})
 _MAX_DETAIL = 200
@@ -70,6 +88,8 @@ async def send(
     to the checked addresses only; the whole attempt, resolution included, takes at most
     ``policy.timeout_seconds``. ``ssl_context`` replaces the default certificate authorities
     (those of ``certifi``), e.g. for a receiver with a private CA."""
+    if _NO_URL_PATHS not in _HTTPX_LOG.filters:
+        _HTTPX_LOG.addFilter(_NO_URL_PATHS)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     if len(data) > policy.max_body_bytes:
         limit = policy.max_body_bytes
