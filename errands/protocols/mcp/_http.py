@@ -116,9 +116,12 @@ def mount_mcp(
         allowed_origins=[f"http://{h}" for h in allowed_hosts or []]
         + [f"https://{h}" for h in allowed_hosts or []],
     )
-    transport = server.streamable_http_app(streamable_http_path=path, transport_security=security)
+
+    def transport() -> ASGIApp:
+        return server.streamable_http_app(streamable_http_path=path, transport_security=security)
+
     gate = PrincipalGate(
-        transport, authenticator, loopback_only=loopback_only, principal_of=principal_of
+        transport(), authenticator, loopback_only=loopback_only, principal_of=principal_of
     )
     # A route of the exact path (no catch-all mount): every other route of the app stays its own.
     app.router.routes.append(Route(path, endpoint=gate, methods=["GET", "POST", "DELETE"]))
@@ -126,6 +129,8 @@ def mount_mcp(
 
     @asynccontextmanager
     async def lifespan(running: Any) -> AsyncIterator[Any]:
+        # A session manager runs once: each time the app is served, a transport of its own.
+        gate.app = transport()
         async with server.session_manager.run(), previous(running) as state:
             yield state
 
