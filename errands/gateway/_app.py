@@ -55,6 +55,7 @@ from errands.gateway._models import (
     TaskOut,
 )
 from errands.gateway._schedules import schedules_router
+from errands.protocols.a2a import mount_a2a
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -330,6 +331,8 @@ def create_app(
 
     api.include_router(schedules_router(_acting))
     app.include_router(api)
+    # A2A 1.0 (docs/a2a.md): every A2A request acts as the principal the API's routes resolve.
+    mount_a2a(app, base, _principal)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
