@@ -20,6 +20,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from errands.cli import _commands as commands
+from errands.cli import _mcp as mcp_server
 from errands.cli import _notifications as notifications
 from errands.cli import _principals as principals
 from errands.cli import _schedules as schedules
@@ -255,6 +256,7 @@ def _parser() -> argparse.ArgumentParser:
     notifications.add_command(sub)
     principals.add_command(sub)
     schedules.add_command(sub)
+    mcp_server.add_command(sub)
     for name in REACHES_TEMPORAL:
         if name in sub.choices:
             add_connection_flags(sub.choices[name])
