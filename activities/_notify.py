@@ -21,6 +21,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
+from a2a.types import StreamResponse, TaskState, TaskStatus, TaskStatusUpdateEvent
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -73,8 +76,18 @@ class NotifyActivities:
             return "failed"
         host = urlsplit(found.url).hostname or ""
         msg_id = notification_id(notice.task_id, notice.key, target.ref)
+        if target.format == "a2a":
+            body = a2a_push(notice)
+            extra = {A2A_TOKEN_HEADER: found.token} if found.token else {}
+        else:
+            body, extra = self.body(notice), {}
         outcome = await send(
-            found.url, found.secret, msg_id, self.body(notice), self._settings.webhook_policy()
+            found.url,
+            found.secret,
+            msg_id,
+            body,
+            self._settings.webhook_policy(),
+            extra_headers=extra,
         )
         if outcome.delivered:
             fields = {"host": host, "attempts": attempt, "status": outcome.status}
@@ -143,7 +156,10 @@ class NotifyActivities:
                     f"the target was not found: {target.ref} is not in the session store "
                     "(it was deleted, or the worker reads another database)"
                 )
-            return StoredTarget(url=row.text, secret=secret)
+            token = row.meta.get("token")
+            return StoredTarget(
+                url=row.text, secret=secret, token=token if isinstance(token, str) else None
+            )
         return f"the target {target.ref!r} is neither config:NAME nor stored:OWNER:K"
 
     async def _record_failed(
@@ -179,6 +195,30 @@ class NotifyActivities:
             **fields,
         )
         await asyncio.to_thread(self._store.append_events, [written])
+
+
+A2A_TOKEN_HEADER = "X-A2A-Notification-Token"
+"""How an A2A push config's token comes back with each of its notifications."""
+
+A2A_STATES = {
+    "waiting_for_user": TaskState.TASK_STATE_INPUT_REQUIRED,
+    "replied": TaskState.TASK_STATE_COMPLETED,
+    "failed": TaskState.TASK_STATE_FAILED,
+    "canceled": TaskState.TASK_STATE_CANCELED,
+}
+
+
+def a2a_push(notice: Notice) -> dict[str, Any]:
+    """An A2A push notification: a ``StreamResponse`` holding the task's status update (its
+    id, its session as ``contextId``, its A2A state and when it changed)."""
+    at = Timestamp()
+    at.FromDatetime(notice.at.astimezone(UTC))
+    update = TaskStatusUpdateEvent(
+        task_id=notice.task_id,
+        context_id=notice.session_id,
+        status=TaskStatus(state=A2A_STATES[notice.event], timestamp=at),
+    )
+    return dict(MessageToDict(StreamResponse(status_update=update)))
 
 
 def commands(notice: Notice) -> dict[str, str]:

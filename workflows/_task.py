@@ -31,6 +31,11 @@ with workflow.unsafe.imports_passed_through():
         ApprovalRequest,
     )
     from errands.contracts.events import EventType, named
+    from errands.contracts.notifications import (
+        ADD_TARGET_SIGNAL,
+        REMOVE_TARGET_SIGNAL,
+        NotifyTarget,
+    )
     from errands.contracts.principals import Principal
     from errands.contracts.workflows import (
         CANCEL_REQUESTED_SIGNAL,
@@ -234,6 +239,16 @@ class TaskWorkflow:
         workflow.logger.warning("%s: %s", what, error)
 
     # -- cancellation: who asked ---------------------------------------------------------------
+
+    @workflow.signal(name=ADD_TARGET_SIGNAL)
+    def add_notify_target(self, target: NotifyTarget) -> None:
+        """Notify ``target`` of the changes from now on (a push config given while it runs)."""
+        if all(known.ref != target.ref for known in self.data.notify):
+            self.data.notify.append(target)
+
+    @workflow.signal(name=REMOVE_TARGET_SIGNAL)
+    def remove_notify_target(self, ref: str) -> None:
+        self.data.notify = [known for known in self.data.notify if known.ref != ref]
 
     @workflow.signal(name=MCP_HOLDER_SIGNAL)
     def mcp_holder(self, holder: McpHolder) -> None:

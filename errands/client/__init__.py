@@ -32,6 +32,7 @@ from errands.client._client import (
 from errands.client._handle import TaskHandle, TaskInfo
 from errands.client._identify import Authenticator
 from errands.client._notify import Delivery, GivenTarget
+from errands.client._push import PushTarget, add_target, remove_target, targets_of
 from errands.client._upgrade import TaskOnOldVersion
 
 __all__ = [
@@ -40,13 +41,17 @@ __all__ = [
     "Client",
     "Delivery",
     "GivenTarget",
+    "PushTarget",
     "StartOptions",
     "TaskHandle",
     "TaskInfo",
     "TaskOnOldVersion",
     "TaskSummary",
+    "add_target",
     "connect",
     "new_session_id",
     "new_task_id",
+    "remove_target",
+    "targets_of",
     "task_input",
 ]

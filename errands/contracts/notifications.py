@@ -18,6 +18,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field
 
 NotifyEvent = Literal["waiting_for_user", "replied", "failed", "canceled"]
+NotifyFormat = Literal["standard", "a2a"]
 NOTIFY_EVENTS: tuple[NotifyEvent, ...] = get_args(NotifyEvent)
 
 SUMMARY_CHARS = 200
@@ -31,6 +32,9 @@ class NotifyTarget(BaseModel):
     """``config:NAME`` (an entry of ``ERRANDS_WEBHOOKS``) or ``stored:OWNER:K`` (a URL given with
     a task or schedule, its secret in the store: ``stored_target_id``)."""
     events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_EVENTS))
+    format: NotifyFormat = "standard"
+    """What the body says: ``standard`` errands' own (docs/notifications.md), ``a2a`` an A2A
+    push notification (a ``StreamResponse`` with the task's status update)."""
 
 
 class StoredTarget(BaseModel):
@@ -39,6 +43,8 @@ class StoredTarget(BaseModel):
     url: str
     secret: str
     """Standard Webhooks ``whsec_…``: shown once to whoever gave the URL, then only signed with."""
+    token: str | None = None
+    """An A2A push config's token, sent back as ``X-A2A-Notification-Token``."""
 
 
 class Notice(BaseModel):
@@ -101,3 +107,9 @@ def notice_workflow_id(task_id: str, key: str) -> str:
 def notification_id(task_id: str, key: str, ref: str) -> str:
     """The ``webhook-id`` of one notice to one target: the receiver's idempotency key."""
     return f"errands:{task_id}:{key}:{ref}"
+
+
+ADD_TARGET_SIGNAL = "add_notify_target"
+"""Signal a running task a ``NotifyTarget`` more (a push config given after it started)."""
+REMOVE_TARGET_SIGNAL = "remove_notify_target"
+"""Signal a running task to notify a target (by ``ref``) no more."""

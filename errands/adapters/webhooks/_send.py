@@ -24,6 +24,7 @@ import math
 import socket
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -81,13 +82,15 @@ async def send(
     *,
     timestamp: int | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    extra_headers: Mapping[str, str] | None = None,
 ) -> Outcome:
     """POST ``body`` as compact JSON to ``url``, signed with ``secret`` as Standard Webhooks
     (``msg_id`` is the ``webhook-id``: the same on every attempt of one notification;
     ``timestamp`` defaults to now). The URL is checked by ``policy`` and the request connects
     to the checked addresses only; the whole attempt, resolution included, takes at most
     ``policy.timeout_seconds``. ``ssl_context`` replaces the default certificate authorities
-    (those of ``certifi``), e.g. for a receiver with a private CA."""
+    (those of ``certifi``), e.g. for a receiver with a private CA. ``extra_headers`` go with
+    the signed ones (an A2A push config's token)."""
     if _NO_URL_PATHS not in _HTTPX_LOG.filters:
         _HTTPX_LOG.addFilter(_NO_URL_PATHS)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
@@ -96,7 +99,7 @@ async def send(
         return _final(f"refused: the body is {len(data)} bytes, over the limit of {limit}")
     when = int(time.time()) if timestamp is None else timestamp
     try:
-        signed = headers(secret, msg_id, when, data)
+        signed = {**(extra_headers or {}), **headers(secret, msg_id, when, data)}
     except ValueError as exc:
         return _final(f"refused: {exc}")
     try:

@@ -1,0 +1,137 @@
+"""Targets given to a task while it runs (an A2A push config, SPEC §12): each kept in the store
+with a fresh secret like a start's ``notify`` URL (``errands.client._notify``), then signalled to
+the task, which notifies it of every change from then on through the same durable, signed,
+guarded delivery. Removing one signals the task and leaves a mark in the store, which is
+append-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from temporalio.service import RPCError
+
+from errands.adapters.webhooks import new_secret
+from errands.client._notify import GivenTarget, notify_urls
+from errands.contracts.messages import NewMessage, StoredMessage
+from errands.contracts.notifications import (
+    ADD_TARGET_SIGNAL,
+    REMOVE_TARGET_SIGNAL,
+    NotifyFormat,
+    NotifyTarget,
+    stored_target_id,
+    stored_target_ref,
+)
+from errands.errors import Conflict
+
+if TYPE_CHECKING:
+    from errands.client._handle import TaskHandle
+
+MAX_TARGETS = 16
+"""The most targets one task keeps (its start's and those given since)."""
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    """A target given to a task, as the store keeps it (the secret aside)."""
+
+    ref: str
+    url: str
+    format: NotifyFormat
+    token: str | None
+
+
+async def add_target(
+    handle: TaskHandle, url: str, *, token: str | None = None, format: NotifyFormat = "a2a"
+) -> GivenTarget:
+    """Notify ``url`` of the task's changes from now on (``token``: an A2A push config's, sent
+    back with each notification). ``TaskNotFound`` for a task the caller may not read; a task
+    that has ended keeps the target, which hears nothing more."""
+    description = await handle.describe()
+    [url] = notify_urls(url)
+    client, task_id = handle._client, handle.task_id
+    rows = await _rows(handle)
+    taken = {row.id for row in rows}
+    k = next(
+        k for k in range(1, MAX_TARGETS + 2) if stored_target_id(_ref(task_id, k))[1] not in taken
+    )
+    if k > MAX_TARGETS:
+        raise Conflict(
+            f"task {task_id} has {MAX_TARGETS} notification targets already; remove one first"
+        )
+    given = GivenTarget(url=url, ref=_ref(task_id, k), secret=new_secret())
+    session_id, message_id = stored_target_id(given.ref)
+    meta = {"secret": given.secret, "format": format, "token": token}
+    row = await client._store_call(
+        "append_once",
+        NewMessage(
+            id=message_id,
+            session_id=session_id,
+            role="system",
+            kind="notify_target",
+            text=url,
+            task_id=task_id,
+            meta=meta,
+        ),
+    )
+    if row.meta.get("secret") != given.secret:
+        raise Conflict(f"task {task_id} was given another target at the same moment; try again")
+    if description.running:
+        await _signal(handle, ADD_TARGET_SIGNAL, NotifyTarget(ref=given.ref, format=format))
+    return given
+
+
+async def targets_of(handle: TaskHandle) -> list[PushTarget]:
+    """The targets the task was given (at its start or since), not removed, oldest first."""
+    await handle.describe()
+    rows = await _rows(handle)
+    removed = {row.id.removesuffix(":removed") for row in rows if row.id.endswith(":removed")}
+    return [
+        PushTarget(
+            ref=row.id.removeprefix("notify:"),
+            url=row.text,
+            format=row.meta.get("format", "standard"),
+            token=row.meta.get("token"),
+        )
+        for row in rows
+        if not row.id.endswith(":removed") and row.id not in removed
+    ]
+
+
+async def remove_target(handle: TaskHandle, ref: str) -> bool:
+    """Notify ``ref`` no more; False when the task has no such target."""
+    description = await handle.describe()
+    if ref not in {target.ref for target in await targets_of(handle)}:
+        return False
+    session_id, message_id = stored_target_id(ref)
+    await handle._client._store_call(
+        "append_once",
+        NewMessage(
+            id=f"{message_id}:removed",
+            session_id=session_id,
+            role="system",
+            kind="notify_target",
+            text="",
+            task_id=handle.task_id,
+        ),
+    )
+    if description.running:
+        await _signal(handle, REMOVE_TARGET_SIGNAL, ref)
+    return True
+
+
+def _ref(task_id: str, k: int) -> str:
+    return stored_target_ref(task_id, k)
+
+
+async def _rows(handle: TaskHandle) -> list[StoredMessage]:
+    session_id, _ = stored_target_id(_ref(handle.task_id, 1))
+    rows: list[StoredMessage] = await handle._client._store_call("list_session", session_id)
+    return rows
+
+
+async def _signal(handle: TaskHandle, name: str, arg: object) -> None:
+    try:
+        await handle._temporal.get_workflow_handle(handle.task_id).signal(name, arg)
+    except RPCError:
+        pass  # it ended meanwhile: nothing more to notify
