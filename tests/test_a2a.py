@@ -46,13 +46,14 @@ from temporalio.client import Client
 
 from errands.adapters.identity.keys import mint
 from errands.adapters.routing import ModelRouter
-from errands.adapters.scripted import Gate, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.client import Client as ErrandsClient
 from errands.contracts.events import StoredEvent
 from errands.errors import InvalidRequest
 from errands.gateway import create_app, serving
 from errands.protocols.a2a import RESUME_EXTENSION, agent_card
+from errands.protocols.a2a import _handler as a2a_handler
 from errands.protocols.a2a._mapping import Incoming, Progress
 from errands.protocols.a2a._refusals import resume_point
 from errands.settings import Settings
@@ -66,6 +67,7 @@ from tests.conftest import (
     worker_process,
 )
 from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final
+from tests.mcp_notes import Servers
 
 WORKING = TaskState.TASK_STATE_WORKING
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
@@ -80,22 +82,27 @@ class Stack:
     store: SessionStore
     keys: dict[str, str] = field(default_factory=dict)
 
+    names: dict[str, str] = field(default_factory=dict)
+
     def add(self, who: str) -> None:
         token, record = mint(f"{who}-{uuid.uuid4().hex[:6]}", "user", datetime.now(UTC))
         self.store.add_principal(record)
-        self.keys[who] = token
+        self.keys[who], self.names[who] = token, record.name
 
 
 @pytest.fixture(scope="module")
 async def stack(
-    client: Client, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+    client: Client, settings: Settings, tmp_path_factory: pytest.TempPathFactory, servers: Servers
 ) -> AsyncIterator[Stack]:
-    """A gateway with a store of its own (its API keys make every caller say who they are)."""
+    """A gateway with a store of its own (its API keys make every caller say who they are), and
+    a worker whose MCP ``search`` waits for approval."""
     where: Path = tmp_path_factory.mktemp("a2a")
+    web = {**servers.config["web"], "approval": {"search": "always"}}
     own = settings.model_copy(
         update={
             "task_queue": f"a2a-{uuid.uuid4().hex[:6]}",
             "database_url": f"sqlite:///{where / 'sessions.db'}",
+            "mcp_servers": json.dumps({"web": web}),
         }
     )
     store = open_store(own.session_database_url())
@@ -276,6 +283,49 @@ async def test_a_task_that_asks_refuses_a_wrong_answer_and_completes_on_the_righ
         assert "PostgreSQL, we run it already" in answered, "plain text, as the Other answer"
 
 
+async def test_a_call_waiting_for_approval_is_input_required_until_a_decision_answers_it(
+    alice: A2AClient, scripted: ScriptedModelServer
+) -> None:
+    name = model_name()
+
+    def searching(request: RecordedRequest) -> Reply:
+        if not [m for m in request.body["messages"] if m["role"] == "tool"]:
+            return Reply(calls=[Call("mcp__web__search", {"query": "databases"})])
+        return final("Searched.")
+
+    scripted.script(name, searching, searching)
+    waiting = await one_task(alice, say("Search the notes.", model=name))
+    assert waiting.status.state == INPUT_REQUIRED
+    [call] = get_data_parts(waiting.status.message.parts)
+    pending = call["pending_approval"]
+    assert pending["tool"] == "mcp__web__search" and "databases" in pending["arguments"]
+
+    with pytest.raises(InvalidParamsError, match="decision"):
+        await one_task(alice, say("yes, go ahead", task_id=waiting.id))
+    other = {"decision": "approve", "arguments_sha256": "0" * 64}
+    with pytest.raises(InvalidParamsError):
+        await one_task(alice, say(task_id=waiting.id, data=other))
+    still = await alice.get_task(GetTaskRequest(id=waiting.id))
+    assert still.status.state == INPUT_REQUIRED, "a refused decision changes nothing"
+
+    yes = {"decision": "approve", "arguments_sha256": pending["arguments_sha256"]}
+    done = await one_task(alice, say(task_id=waiting.id, data=yes))
+    assert done.status.state == COMPLETED
+    assert get_text_parts(done.artifacts[0].parts) == ["Searched."]
+
+
+async def test_a_task_that_fails_is_failed_with_its_error(
+    alice: A2AClient, scripted: ScriptedModelServer
+) -> None:
+    name = model_name()
+    scripted.script(name, Fail(401, "key revoked"))
+    failed = await one_task(alice, say("Anything.", model=name))
+    assert failed.status.state == TaskState.TASK_STATE_FAILED
+    [said] = get_text_parts(failed.status.message.parts)
+    assert "key revoked" in said or "credential" in said, said
+    assert not failed.artifacts
+
+
 async def test_a_message_to_a_working_task_steers_it(
     stack: Stack, alice: A2AClient, scripted: ScriptedModelServer
 ) -> None:
@@ -365,6 +415,34 @@ async def _listed(client: A2AClient, task_id: str) -> list[Task] | None:
 
 async def _drain(stream: AsyncIterator[StreamResponse]) -> list[StreamResponse]:
     return [e async for e in stream]
+
+
+async def test_an_open_stream_ends_when_its_key_is_revoked(
+    stack: Stack, scripted: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(a2a_handler, "RECHECK_SECONDS", 0.0)  # asked again before every event
+    name = model_name()
+    gate = Gate("the reply, held until the key is revoked")
+    scripted.script(name, final("Too late.", hold=gate))
+    stack.add("leaver")
+    got: list[StreamResponse] = []
+    try:
+        async with connect(stack.url, stack.keys["leaver"]) as a2a:
+
+            async def follow() -> None:
+                async for event in a2a.send_message(say("Anything.", model=name)):
+                    got.append(event)
+
+            reading = asyncio.create_task(follow())
+            await gate.reached()
+            stack.store.revoke_principal(stack.names["leaver"], datetime.now(UTC))
+            gate.release()
+            [ended] = await asyncio.gather(reading, return_exceptions=True)
+    finally:
+        gate.release()
+    assert isinstance(ended, Exception) and "revoked" in str(ended), ended
+    states = [e.status_update.status.state for e in got if e.HasField("status_update")]
+    assert COMPLETED not in states, "nothing after the revocation"
 
 
 async def test_the_agent_card_names_both_bindings_streaming_auth_and_the_resume_extension(

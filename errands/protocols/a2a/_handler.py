@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -59,6 +60,12 @@ from errands.protocols.a2a._refusals import as_a2a, resume_point
 
 PRINCIPAL = "errands.principal"
 """Where the call context holds the principal the request acts as."""
+RECHECK = "errands.recheck"
+"""Where it holds how to ask the request's credential again (raises ``Unauthorized`` when it
+no longer stands for the principal)."""
+RECHECK_SECONDS = 5.0
+"""How often an open stream asks its credential again, before the next event it sends: a
+revoked key or an expired token ends it (``InvalidRequestError`` saying why)."""
 
 WAIT_SECONDS = 30.0
 """How long ``SendMessage`` without ``returnImmediately`` (and ``CancelTask``) waits for the
@@ -119,7 +126,7 @@ class ErrandsRequestHandler(RequestHandler):
         if task.status.state in ENDED:
             return
         with as_a2a():
-            async for update in _log.tail(client, handle, read):
+            async for update in _rechecked(context, _log.tail(client, handle, read)):
                 yield update
 
     async def _deliver(
@@ -203,7 +210,7 @@ class ErrandsRequestHandler(RequestHandler):
             if task.status.state in ENDED:
                 return
         with as_a2a():
-            async for update in _log.tail(client, handle, read):
+            async for update in _rechecked(context, _log.tail(client, handle, read)):
                 yield update
 
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
@@ -285,6 +292,22 @@ class ErrandsRequestHandler(RequestHandler):
             message="errands has no extended agent card; the public one at "
             "/.well-known/agent-card.json is all there is"
         )
+
+
+async def _rechecked(
+    context: ServerCallContext, updates: AsyncGenerator[Any, None]
+) -> AsyncGenerator[Any, None]:
+    """``updates``, each after the request's credential was asked again if it was last asked
+    ``RECHECK_SECONDS`` ago or more (a stream with nothing to send sends nothing to anyone)."""
+    recheck = context.state.get(RECHECK)
+    clock = asyncio.get_running_loop().time
+    asked = clock()
+    async with aclosing(updates):
+        async for update in updates:
+            if recheck is not None and clock() - asked >= RECHECK_SECONDS:
+                await recheck()
+                asked = clock()
+            yield update
 
 
 async def _decide(handle: TaskHandle, data: dict[str, Any]) -> None:

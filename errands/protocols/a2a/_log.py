@@ -6,7 +6,7 @@ gateway serves any task and a stream resumed after a given ``seq`` loses nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -138,7 +138,9 @@ async def detail(client: Client, handle: TaskHandle, event: StoredEvent) -> Any:
     return None
 
 
-async def tail(client: Client, handle: TaskHandle, read: Progress) -> AsyncIterator[StreamEvent]:
+async def tail(
+    client: Client, handle: TaskHandle, read: Progress
+) -> AsyncGenerator[StreamEvent, None]:
     """The A2A events of the log after ``read.seq``, in order, each once, until the task ends or
     waits for its user (input-required ends a stream: the client answers, then follows
     again). A task that ended without a last event in its log ends with its status."""

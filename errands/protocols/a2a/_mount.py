@@ -6,6 +6,7 @@ authentication: its refusals answer as the gateway's do, before any A2A handling
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import (
@@ -16,14 +17,16 @@ from a2a.server.routes import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from errands.client import Client
 from errands.contracts.principals import Principal
+from errands.errors import Unauthorized, Unavailable
 from errands.protocols.a2a._card import card_endpoint
-from errands.protocols.a2a._handler import PRINCIPAL, ErrandsRequestHandler
+from errands.protocols.a2a._handler import PRINCIPAL, RECHECK, ErrandsRequestHandler
 
 PATH = "/a2a"
 PING_SECONDS = 2
@@ -36,12 +39,29 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 class _Acting(DefaultServerCallContextBuilder):
-    """The call context of an A2A request, with the principal resolved for it."""
+    """The call context of an A2A request, with the principal resolved for it and how to ask
+    its credential again (``RECHECK``: an open stream does, as it goes)."""
+
+    def __init__(self, principal_of: PrincipalOf) -> None:
+        self._principal_of = principal_of
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
-        context.state[PRINCIPAL] = request.scope.get(PRINCIPAL)
+        principal = request.scope.get(PRINCIPAL)
+        context.state[PRINCIPAL] = principal
+        context.state[RECHECK] = partial(_still, self._principal_of, request, principal)
         return context
+
+
+async def _still(principal_of: PrincipalOf, request: Request, principal: Principal | None) -> None:
+    """Refuse (``Unauthorized``) a request whose credential no longer stands for ``principal``:
+    a key revoked or a token expired since the request began."""
+    try:
+        again = await principal_of(request)
+    except (Unavailable, HTTPException):
+        return  # the store or the issuer did not answer, or a throttle: asked again later
+    if again != principal:
+        raise Unauthorized("the credential now stands for someone else; sign in again", guess=False)
 
 
 def _as_principal(endpoint: Endpoint, principal_of: PrincipalOf) -> Endpoint:
@@ -58,7 +78,7 @@ def mount_a2a(app: Starlette, base: Client, principal_of: PrincipalOf, *, path: 
     if EventSourceResponse.DEFAULT_PING_INTERVAL > PING_SECONDS:
         EventSourceResponse.DEFAULT_PING_INTERVAL = PING_SECONDS
     handler = ErrandsRequestHandler(base)
-    built = _Acting()
+    built = _Acting(principal_of)
     routes = [
         *create_jsonrpc_routes(handler, rpc_url=path, context_builder=built),
         # Without the tenant Mount('/{tenant}') the SDK appends, which would take every later
