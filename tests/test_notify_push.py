@@ -5,17 +5,10 @@ through the same signed, retried, guarded delivery as every notification."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
 from temporalio.client import Client
 
 from errands.adapters.routing import ModelRouter
@@ -26,54 +19,14 @@ from errands.client import TaskHandle, add_target, remove_target, targets_of
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import DATABASE, ask, eventually, final
+from tests.webhook_receiver import LOOPBACK, receiving, verifies
 
 MODEL = "gpt-push"
-LOOPBACK = "127.0.0.1"
 SECOND = {
     "question": "Which region should it run in?",
     "header": "Region",
     "options": [{"label": "eu-west"}, {"label": "us-east"}],
 }
-
-
-@dataclass
-class Hit:
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    hits: list[Hit] = field(default_factory=list)
-    port: int = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.hits.append(Hit(dict(request.headers), await request.read()))
-        return web.Response(status=200)
-
-
-@asynccontextmanager
-async def receiving() -> AsyncIterator[Receiver]:
-    receiver = Receiver()
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", receiver.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, LOOPBACK, 0)
-    await site.start()
-    receiver.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield receiver
-    finally:
-        await runner.cleanup()
-
-
-def verifies(secret: str, hit: Hit) -> bool:
-    """Standard Webhooks, computed here on its own."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    signed = f"{hit.headers['webhook-id']}.{hit.headers['webhook-timestamp']}.".encode()
-    mac = base64.b64encode(hmac.new(key, signed + hit.body, hashlib.sha256).digest()).decode()
-    return f"v1,{mac}" in hit.headers["webhook-signature"].split()
 
 
 async def waiting(task: TaskHandle, header: str) -> bool:
@@ -118,6 +71,6 @@ async def test_a_target_given_to_a_running_task_hears_each_change_from_then_on_a
     states = [body["statusUpdate"]["status"]["state"] for body in bodies]
     assert states == ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED"]
     assert {body["statusUpdate"]["taskId"] for body in bodies} == {task.task_id}
-    assert all(hit.headers["X-A2A-Notification-Token"] == "push-token-1" for hit in receiver.hits)
-    assert all(verifies(given.secret, hit) for hit in receiver.hits)
+    assert all(hit.headers["x-a2a-notification-token"] == "push-token-1" for hit in receiver.hits)
+    assert all(verifies(given.secret, hit.headers, hit.body) for hit in receiver.hits)
     assert len({hit.headers["webhook-id"] for hit in receiver.hits}) == 2

@@ -16,14 +16,11 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from aiohttp import web
 from temporalio.client import Client
 
 from errands.adapters.routing import ModelRouter
@@ -33,39 +30,13 @@ from errands.client import Client as ErrandsClient
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import DATABASE, ask, eventually, final
+from tests.webhook_receiver import LOOPBACK, receiving
 
 MODEL = "gpt-notify-secrets"
-LOOPBACK = "127.0.0.1"
 
 
 def secret() -> str:
     return "whsec_" + base64.b64encode(os.urandom(32)).decode()
-
-
-@dataclass
-class Receiver:
-    hits: list[str] = field(default_factory=list)
-    port: int = 0
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.hits.append(request.path)
-        return web.Response(status=200)
-
-
-@asynccontextmanager
-async def receiving() -> AsyncIterator[Receiver]:
-    receiver = Receiver()
-    app = web.Application()
-    app.router.add_post("/{tail:.*}", receiver.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, LOOPBACK, 0)
-    await site.start()
-    receiver.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield receiver
-    finally:
-        await runner.cleanup()
 
 
 def texts(value: Any) -> Iterator[str]:
