@@ -56,6 +56,7 @@ from errands.gateway._models import (
 )
 from errands.gateway._schedules import schedules_router
 from errands.protocols.a2a import mount_a2a
+from errands.protocols.mcp import mount_mcp
 
 STATIC = FilePath(__file__).parent / "static"
 KEEPALIVE_SECONDS = 15.0
@@ -333,6 +334,8 @@ def create_app(
     app.include_router(api)
     # A2A 1.0 (docs/a2a.md): every A2A request acts as the principal the API's routes resolve.
     mount_a2a(app, base, _principal)
+    # MCP over Streamable HTTP (docs/mcp-server.md), authenticated and throttled as /v1.
+    mount_mcp(app, base, principal_of=guard)
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
