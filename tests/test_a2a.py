@@ -26,6 +26,7 @@ from a2a.helpers import get_data_parts, get_text_parts, new_data_part, new_text_
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Role,
@@ -48,6 +49,7 @@ from errands.adapters.identity.keys import mint
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Call, Fail, Gate, RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
+from errands.adapters.webhooks import new_secret
 from errands.client import Client as ErrandsClient
 from errands.contracts.events import StoredEvent
 from errands.errors import InvalidRequest
@@ -68,6 +70,7 @@ from tests.conftest import (
 )
 from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final
 from tests.mcp_notes import Servers
+from tests.webhook_receiver import LOOPBACK, receiving, verifies
 
 WORKING = TaskState.TASK_STATE_WORKING
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
@@ -103,6 +106,7 @@ async def stack(
             "task_queue": f"a2a-{uuid.uuid4().hex[:6]}",
             "database_url": f"sqlite:///{where / 'sessions.db'}",
             "mcp_servers": json.dumps({"web": web}),
+            "webhook_allow": LOOPBACK,  # the push receiver
         }
     )
     store = open_store(own.session_database_url())
@@ -283,6 +287,42 @@ async def test_a_task_that_asks_refuses_a_wrong_answer_and_completes_on_the_righ
         assert "PostgreSQL, we run it already" in answered, "plain text, as the Other answer"
 
 
+async def test_a_push_config_hears_input_required_and_completed_signed_once_each(
+    stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    name = model_name()
+    scripted.script(name, ask(DATABASE), final("PostgreSQL it is."))
+    secret = new_secret()
+    async with (
+        receiving(500, 200) as receiver,
+        connect(stack.url, stack.keys["a"], streaming=False) as polling,
+    ):
+        request = say("Set up the new service.", model=name)
+        push = request.configuration.task_push_notification_config
+        push.url, push.token = receiver.url("/a2a/push"), "tok-a"
+        push.authentication.scheme, push.authentication.credentials = "standard-webhooks", secret
+        waiting = await one_task(polling, request)
+        assert waiting.status.state == INPUT_REQUIRED
+        listed = await polling.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=waiting.id)
+        )
+        assert [(c.url, c.token) for c in listed.configs] == [(push.url, "tok-a")]
+        # The receiver answers 500 first: the input-required push comes again, same id.
+        await eventually(lambda: len(receiver.hits) == 2, "the input-required push, retried")
+        done = await one_task(polling, say("PostgreSQL", task_id=waiting.id))
+        assert done.status.state == COMPLETED
+        await eventually(lambda: len(receiver.hits) == 3, "the completed push")
+
+    states = [hit.json()["statusUpdate"]["status"]["state"] for hit in receiver.hits]
+    assert states == ["TASK_STATE_INPUT_REQUIRED"] * 2 + ["TASK_STATE_COMPLETED"]
+    ids = [hit.headers["webhook-id"] for hit in receiver.hits]
+    assert ids[0] == ids[1] != ids[2], "a retry keeps its webhook-id"
+    assert all(hit.headers["x-a2a-notification-token"] == "tok-a" for hit in receiver.hits)
+    assert all(verifies(secret, hit.headers, hit.body) for hit in receiver.hits)
+    sent = [e for e in stack.store.list_events(waiting.id) if e.type == "notification_sent"]
+    assert [e.data["event"] for e in sent] == ["waiting_for_user", "replied"], "once each"
+
+
 async def test_a_call_waiting_for_approval_is_input_required_until_a_decision_answers_it(
     alice: A2AClient, scripted: ScriptedModelServer
 ) -> None:
@@ -456,7 +496,7 @@ async def test_the_agent_card_names_both_bindings_streaming_auth_and_the_resume_
         "HTTP+JSON": f"{stack.url}/a2a/rest",
     }
     assert card["capabilities"]["streaming"] is True
-    assert not card["capabilities"].get("pushNotifications")
+    assert card["capabilities"]["pushNotifications"] is True
     assert [e["uri"] for e in card["capabilities"]["extensions"]] == [RESUME_EXTENSION]
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert anonymous.status_code == 401, "no A2A call without a credential"
@@ -641,4 +681,4 @@ def test_the_card_declares_oidc_when_an_issuer_is_configured() -> None:
     oidc = card.security_schemes["oidc"].open_id_connect_security_scheme
     assert oidc.open_id_connect_url == f"{issuer}/.well-known/openid-configuration"
     assert card.supported_interfaces[0].url == "https://tasks.example.org/a2a"
-    assert not card.capabilities.push_notifications and card.capabilities.streaming
+    assert card.capabilities.push_notifications and card.capabilities.streaming

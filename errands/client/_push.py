@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from temporalio.service import RPCError
 
 from errands.adapters.webhooks import new_secret
+from errands.agent.webhooks import check_secret
 from errands.client._notify import GivenTarget, notify_urls
 from errands.contracts.messages import NewMessage, StoredMessage
 from errands.contracts.notifications import (
@@ -22,7 +23,7 @@ from errands.contracts.notifications import (
     stored_target_id,
     stored_target_ref,
 )
-from errands.errors import Conflict
+from errands.errors import Conflict, InvalidRequest
 
 if TYPE_CHECKING:
     from errands.client._handle import TaskHandle
@@ -42,13 +43,24 @@ class PushTarget:
 
 
 async def add_target(
-    handle: TaskHandle, url: str, *, token: str | None = None, format: NotifyFormat = "a2a"
+    handle: TaskHandle,
+    url: str,
+    *,
+    token: str | None = None,
+    secret: str | None = None,
+    format: NotifyFormat = "a2a",
 ) -> GivenTarget:
     """Notify ``url`` of the task's changes from now on (``token``: an A2A push config's, sent
-    back with each notification). ``TaskNotFound`` for a task the caller may not read; a task
-    that has ended keeps the target, which hears nothing more."""
+    back with each notification; ``secret``: the ``whsec_…`` to sign with, default a fresh
+    one). ``TaskNotFound`` for a task the caller may not read; a task that has ended keeps the
+    target, which hears nothing more."""
     description = await handle.describe()
     [url] = notify_urls(url)
+    if secret is not None:
+        try:
+            check_secret(secret, "the push config's secret")
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="secret") from None
     client, task_id = handle._client, handle.task_id
     rows = await _rows(handle)
     taken = {row.id for row in rows}
@@ -59,7 +71,7 @@ async def add_target(
         raise Conflict(
             f"task {task_id} has {MAX_TARGETS} notification targets already; remove one first"
         )
-    given = GivenTarget(url=url, ref=_ref(task_id, k), secret=new_secret())
+    given = GivenTarget(url=url, ref=_ref(task_id, k), secret=secret or new_secret())
     session_id, message_id = stored_target_id(given.ref)
     meta = {"secret": given.secret, "format": format, "token": token}
     row = await client._store_call(

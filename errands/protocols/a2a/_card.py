@@ -92,7 +92,7 @@ def agent_card(base_url: str, settings: Settings, path: str) -> AgentCard:
         ],
         capabilities=AgentCapabilities(
             streaming=True,
-            push_notifications=False,
+            push_notifications=True,
             extensions=[
                 AgentExtension(
                     uri=RESUME_EXTENSION,

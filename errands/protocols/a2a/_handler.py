@@ -38,13 +38,12 @@ from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     UnsupportedOperationError,
 )
 from a2a.utils.task import validate_page_size
 
-from errands.client import Client, TaskHandle
+from errands.client import Client, TaskHandle, add_target, remove_target, targets_of
 from errands.contracts.principals import Principal
 from errands.errors import InvalidRequest, TaskEnded
 from errands.protocols.a2a import _log
@@ -78,11 +77,6 @@ DEEPEST_PAGE = 10_000
 """The furthest into the caller's tasks a ``ListTasks`` page may start."""
 LISTED_AT_ONCE = 8
 """Tasks of a ``ListTasks`` page read at the same time."""
-
-NO_PUSH = (
-    "push notification configs are not supported by this errands gateway yet; follow the task "
-    "with SubscribeToTask (resumable with Last-Event-ID) or GetTask"
-)
 
 
 class ErrandsRequestHandler(RequestHandler):
@@ -145,6 +139,11 @@ class ErrandsRequestHandler(RequestHandler):
                 fallback_model=incoming.option(FALLBACK_MODEL, str),
                 headless=bool(incoming.option(HEADLESS, bool)),
             )
+            if params.configuration.HasField("task_push_notification_config"):
+                push = params.configuration.task_push_notification_config
+                await add_target(
+                    handle, push.url, token=push.token or None, secret=signing_secret(push)
+                )
             return handle, None
         handle = client.task(message.task_id)
         before = await _log.last_seq(handle)
@@ -265,25 +264,57 @@ class ErrandsRequestHandler(RequestHandler):
 
     # -- not (yet) offered ------------------------------------------------------------------
 
+    # -- push notification configs: targets of the task's notifications (SPEC §11) ----------
+
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError(message=NO_PUSH)
+        handle = self._acting(context).task(params.task_id)
+        with as_a2a():
+            given = await add_target(
+                handle, params.url, token=params.token or None, secret=signing_secret(params)
+            )
+        return TaskPushNotificationConfig(
+            task_id=params.task_id, id=given.ref, url=given.url, token=params.token
+        )
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError(message=NO_PUSH)
+        for config in await self._configs(context, params.task_id):
+            if config.id == params.id:
+                return config
+        raise InvalidParamsError(message=f"task {params.task_id} has no push config {params.id}")
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError(message=NO_PUSH)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=await self._configs(context, params.task_id)
+        )
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError(message=NO_PUSH)
+        handle = self._acting(context).task(params.task_id)
+        with as_a2a():
+            removed = await remove_target(handle, params.id)
+        if not removed:
+            raise InvalidParamsError(
+                message=f"task {params.task_id} has no push config {params.id}"
+            )
+
+    async def _configs(
+        self, context: ServerCallContext, task_id: str
+    ) -> list[TaskPushNotificationConfig]:
+        handle = self._acting(context).task(task_id)
+        with as_a2a():
+            targets = await targets_of(handle)
+        return [
+            TaskPushNotificationConfig(task_id=task_id, id=t.ref, url=t.url, token=t.token or "")
+            for t in targets
+            if t.format == "a2a"
+        ]
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
@@ -342,3 +373,17 @@ def _offset(token: str) -> int:
             "of the previous page, or none for the first"
         )
     return int(token)
+
+
+SIGNING_SCHEME = "standard-webhooks"
+"""The ``authentication.scheme`` of a push config whose ``credentials`` is the ``whsec_…``
+secret its notifications are signed with (docs/a2a.md); without it errands signs with a
+secret of its own, and the config's ``token`` is what a receiver checks."""
+
+
+def signing_secret(config: TaskPushNotificationConfig) -> str | None:
+    """The secret a push config asks its notifications to be signed with, if it names one."""
+    auth = config.authentication
+    if auth.scheme.lower() == SIGNING_SCHEME and auth.credentials:
+        return auth.credentials
+    return None
