@@ -10,6 +10,7 @@ queue no worker polls: Temporal starts a fire's workflow whether or not a worker
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -51,6 +52,7 @@ from errands.gateway._errors import install_handlers
 from errands.gateway._schedules import schedules_router
 from errands.settings import Settings
 from errands.workers import build_worker
+from tests.conftest import run_cli
 from tests.helpers import DATABASE, ask, eventually, final, until_waiting
 
 MODEL = "openai:gpt-sched"
@@ -246,8 +248,46 @@ async def test_buffer_one_holds_a_fire_until_the_previous_task_ends(
     await delete_schedule(stack.errands, name)
 
 
-async def test_trigger_runs_one_now_and_show_lists_the_fire_with_its_task_and_outcome(
+async def test_cancel_previous_cancels_the_running_task_for_the_new_fire(
     stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    name = unique("cancel")
+    scripted.script("gpt-sched", ask(DATABASE), final("the new one"))
+    await add_schedule(
+        stack.errands,
+        name,
+        "Set up the service",
+        every=timedelta(days=1),
+        overlap="cancel-previous",
+    )
+    await pause_schedule(stack.errands, name)
+    first = await _first_task_waiting(stack, name)
+    await _next_second(time.time())
+    await trigger_schedule(stack.errands, name)
+    results = await fire_results(stack.temporal, name, 2)
+    assert (await stack.errands.task(first).wait(timeout=60)).status == "canceled"
+    second = [r for r in results if r.task_id != first]
+    assert [r.status for r in second] == ["replied"], results
+    await delete_schedule(stack.errands, name)
+
+
+async def test_a_headless_scheduled_task_that_asks_goes_on_with_its_assumption(
+    stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    name = unique("headless")
+    scripted.script("gpt-sched", ask(DATABASE), final("Assumed PostgreSQL."))
+    await add_schedule(
+        stack.errands, name, "Set up the service", cron="0 3 1 1 *", headless=True, paused=True
+    )
+    await trigger_schedule(stack.errands, name)
+    [result] = await fire_results(stack.temporal, name, 1)
+    assert result.status == "replied", "nobody answered: the task went on"
+    assert (await stack.errands.task(result.task_id).wait()).reply == "Assumed PostgreSQL."
+    await delete_schedule(stack.errands, name)
+
+
+async def test_trigger_runs_one_now_and_show_lists_the_fire_with_its_task_and_outcome(
+    stack: Stack, scripted: ScriptedModelServer, cli_env: dict[str, str]
 ) -> None:
     name = unique("now")
     scripted.script("gpt-sched", final("done now"))
@@ -264,6 +304,14 @@ async def test_trigger_runs_one_now_and_show_lists_the_fire_with_its_task_and_ou
 
     [fire] = await eventually(listed, "the fire in show")
     assert (fire.task_id, fire.outcome) == (result.task_id, "replied")
+    # The command line shows the same: the fire, its task, its outcome.
+    env = {**cli_env, "ERRANDS_TASK_QUEUE": stack.settings.task_queue}
+    shown = await run_cli(env, "schedule", "show", name, "--json")
+    assert shown.code == 0, shown.stderr
+    fires = [(f["task_id"], f["outcome"]) for f in json.loads(shown.stdout)["recent"]]
+    assert fires == [(result.task_id, "replied")]
+    text = await run_cli(env, "schedule", "show", name)
+    assert result.task_id in text.stdout and "replied" in text.stdout, text.stdout
     await delete_schedule(stack.errands, name)
     with pytest.raises(ScheduleNotFound):
         await show_schedule(stack.errands, name)
