@@ -22,7 +22,12 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     parsed = sub.add_parser(
         "mcp",
         help="serve errands as an MCP server over stdio (claude mcp add errands -- errands mcp)",
-        description=__doc__,
+        description=(
+            "errands as an MCP server over stdio, for Claude Code, IDEs and desktop assistants "
+            "(claude mcp add errands -- errands mcp; docs/mcp-server.md). It acts as the "
+            "operator, as every command does; with nothing configured it starts the embedded "
+            "dev server and a worker. stdout carries the protocol alone; notes go to stderr."
+        ),
     )
     add_connection_flags(parsed)
     parsed.set_defaults(handler=serve_mcp, stops_by_signal=True)
