@@ -149,6 +149,8 @@ class NotifyActivities:
             return StoredTarget(url=hook.url, secret=hook.secret.get_secret_value())
         if kind == "stored":
             _, message_id = stored_target_id(target.ref)
+            if self._store.get(f"{message_id}:removed") is not None:
+                return f"the target {target.ref} was removed"
             row = self._store.get(message_id)
             secret = row.meta.get("secret") if row is not None else None
             if row is None or not row.text or not isinstance(secret, str):

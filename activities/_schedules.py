@@ -40,7 +40,7 @@ class ScheduleActivities:
 
     def _prepare(self, data: PrepareFire) -> PreparedFire:
         task = data.task
-        session = task.session or fire_session_id(task.name, data.fired_at)
+        session = task.session or fire_session_id(task.name, data.fired_at, data.nonce)
         options: dict[str, Any] = {
             "session": session,
             "headless": task.headless,

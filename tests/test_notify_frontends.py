@@ -3,7 +3,7 @@
 a worker, the scripted model and the gateway served on loopback.
 
 A task carries its targets by reference: the configured ones that hear its owner, then one
-``stored:TASK:K`` per URL given, whose URL and fresh secret the store keeps before the task
+``stored:task:TASK:K`` per URL given, whose URL and fresh secret the store keeps before the task
 starts; the secret is returned once, to whoever gave the URL. The deliveries a task made are
 read from its event log, and those still trying from their delivery workflows.
 
@@ -145,7 +145,7 @@ async def test_a_start_with_notify_carries_the_owners_targets_and_a_stored_one_w
         "Tidy the notes", session=session_id(), model=f"openai:{MODEL}", notify=HOOK
     )
     [given] = task.notify_secrets
-    assert given.url == HOOK and given.ref == f"stored:{task.task_id}:1"
+    assert given.url == HOOK and given.ref == f"stored:task:{task.task_id}:1"
     assert given.secret.startswith("whsec_") and given.secret != SECRET
     data = await started_input(stack.errands, task.task_id)
     assert [t.ref for t in data.notify] == [*configured, given.ref]
@@ -208,7 +208,7 @@ async def test_a_malformed_notify_url_starts_nothing_and_stores_nothing(stack: S
         )
     with pytest.raises(TaskNotFound):
         await stack.errands.task(task_id).describe()
-    assert stack.store.get(stored_target_id(f"stored:{task_id}:1")[1]) is None
+    assert stack.store.get(stored_target_id(f"stored:task:{task_id}:1")[1]) is None
 
 
 async def test_the_gateway_returns_each_secret_once_and_refuses_a_bad_url(
@@ -225,7 +225,7 @@ async def test_the_gateway_returns_each_secret_once_and_refuses_a_bad_url(
     task_id = created["task_id"]
     assert [n["url"] for n in created["notify"]] == urls
     for n, given in enumerate(created["notify"], 1):
-        assert given["ref"] == f"stored:{task_id}:{n}"
+        assert given["ref"] == f"stored:task:{task_id}:{n}"
         row = stack.store.get(stored_target_id(given["ref"])[1])
         assert row is not None and row.meta["secret"] == given["secret"]
     await replied(stack.errands.task(task_id))
@@ -242,7 +242,7 @@ async def test_the_gateway_returns_each_secret_once_and_refuses_a_bad_url(
 def events_of(task_id: str) -> list[NewEvent]:
     """A sent and a failed notification, as the delivery activity records them."""
     sent = notification_id(task_id, "question:0:1", "config:everyone")
-    failed = notification_id(task_id, "replied", f"stored:{task_id}:1")
+    failed = notification_id(task_id, "replied", f"stored:task:{task_id}:1")
     return [
         NewEvent(
             task_id=task_id,
@@ -260,13 +260,13 @@ def events_of(task_id: str) -> list[NewEvent]:
         ),
         NewEvent(
             task_id=task_id,
-            key=f"notification:replied:stored:{task_id}:1",
+            key=f"notification:replied:stored:task:{task_id}:1",
             type="notification_failed",
             cause="replied",
             data={
                 "id": failed,
                 "event": "replied",
-                "target": f"stored:{task_id}:1",
+                "target": f"stored:task:{task_id}:1",
                 "host": "192.0.2.10",
                 "attempts": 1,
                 "detail": "final status 410 Gone",
@@ -309,7 +309,10 @@ async def test_errands_notifications_lists_a_sent_and_a_failed_delivery(
     sent, failed = deliveries
     assert (sent["target"], sent["host"], sent["status"]) == ("config:everyone", "192.0.2.1", 200)
     assert sent["webhook_id"] == notification_id(task_id, "question:0:1", "config:everyone")
-    assert (failed["target"], failed["detail"]) == (f"stored:{task_id}:1", "final status 410 Gone")
+    assert (failed["target"], failed["detail"]) == (
+        f"stored:task:{task_id}:1",
+        "final status 410 Gone",
+    )
     text = await run_cli(env, "notifications", task_id)
     assert text.code == 0, text.stderr
     lines = text.stdout.splitlines()
@@ -397,7 +400,7 @@ async def test_errands_run_notify_prints_each_secret_once_on_stderr(
     await replied(stack.errands.task(task_id))
     assert "shown this once" in ran.stderr and "Standard Webhooks" in ran.stderr
     for n, url in enumerate([HOOK, "https://192.0.2.11/other"], 1):
-        row = stack.store.get(stored_target_id(f"stored:{task_id}:{n}")[1])
+        row = stack.store.get(stored_target_id(f"stored:task:{task_id}:{n}")[1])
         assert row is not None and row.text == url
         [line] = [line for line in ran.stderr.splitlines() if row.meta["secret"] in line]
         assert url in line

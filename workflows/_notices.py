@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
@@ -35,13 +36,16 @@ class Notifier:
     def __init__(self, data: TaskInput) -> None:
         self._data = data
         self._starting: list[asyncio.Task[None]] = []
+        self.enabled = False
+        """Set as the run starts (``RunPatches.notices``): a run from before notifications
+        replays without them."""
 
     def notice(self, event: NotifyEvent, key: str, summary: str | None = None) -> None:
         """Notify ``event`` (``key``: what changed, stable across runs) to the targets that
         want it; started beside the task, which awaits only the start (``started``)."""
         data = self._data
         targets = [target for target in data.notify if event in target.events]
-        if not targets:
+        if not targets or not self.enabled:
             return
         notice = Notice(
             task_id=data.task_id,
@@ -64,6 +68,8 @@ class Notifier:
                 notice,
                 id=notice_workflow_id(notice.task_id, notice.key),
                 parent_close_policy=ParentClosePolicy.ABANDON,
+                # Closed already (delivered before a continue-as-new): still never twice.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"notify: {notice.event}",
             )
         except WorkflowAlreadyStartedError:

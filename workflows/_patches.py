@@ -11,7 +11,7 @@ all).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from temporalio import workflow
 
@@ -28,16 +28,25 @@ control or advisor call's arguments under the size and depth guards of
 asked at the start later gets ``asked-at-run-start-3``."""
 
 
+RUN_START_3 = "asked-at-run-start-3"
+"""Release 0.3.0: a task notifies its targets (``workflows._notices``): each change of state
+they want starts a ``NotificationWorkflow``. A run from before it, given targets by a newer
+client or by a signal its worker did not know, replays without them. A change asked at the
+start later gets ``asked-at-run-start-4``."""
+
+
 @dataclass(frozen=True)
 class RunPatches:
     approvals_logged: bool
     arguments_guarded: bool
+    notices: bool = False
 
     @staticmethod
     def at_start() -> RunPatches:
         """Ask once; call it first thing in a task's run, before any activity."""
         workflow.deprecate_patch(RUN_START)
-        return RunPatches.of_release_2(workflow.patched(RUN_START_2))
+        release_2 = RunPatches.of_release_2(workflow.patched(RUN_START_2))
+        return replace(release_2, notices=workflow.patched(RUN_START_3))
 
     @staticmethod
     def of_branch() -> RunPatches:

@@ -64,7 +64,7 @@ class ScheduleFireWorkflow:
             )
         prepared = await workflow.execute_activity_method(
             ScheduleActivities.prepare_scheduled_task,
-            PrepareFire(task=data, fired_at=fired_at),
+            PrepareFire(task=data, fired_at=fired_at, nonce=workflow.uuid4().hex[:8]),
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=PREPARE_RETRY,
             summary=f"prepare {task_id}",

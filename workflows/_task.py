@@ -347,6 +347,7 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, data: TaskInput) -> TaskResult:
         self._patches = RunPatches.at_start()
+        self._status.notifier.enabled = self._patches.notices
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()

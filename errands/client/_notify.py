@@ -5,7 +5,7 @@ task: finished ones from its event log, those still trying from their delivery w
 A URL given with a task is checked here for its shape only (``http(s)://host…``, no user name
 or password): whether its host resolves to a public address is decided at each delivery and
 recorded there, so the task starts either way. Its secret goes to the store, never to a
-payload: the task carries ``stored:TASK:K`` (``stored_target_ref``), the delivery activity
+payload: the task carries ``stored:task:TASK:K`` (``stored_target_ref``), the delivery activity
 reads the URL and secret under ``stored_target_id``.
 """
 
@@ -32,6 +32,7 @@ from errands.contracts.notifications import (
     notification_id,
     stored_target_id,
     stored_target_ref,
+    task_owner,
 )
 from errands.errors import Conflict, InvalidRequest, TemporalUnreachable
 
@@ -58,7 +59,7 @@ class GivenTarget:
 
     url: str
     ref: str
-    """``stored:TASK:K``: the ``target`` its deliveries name (``Client.notifications``)."""
+    """``stored:task:TASK:K``: the ``target`` its deliveries name (``Client.notifications``)."""
     secret: str
     """``whsec_…``: verifies the ``webhook-signature`` of every notification to ``url``.
     Shown once, here: errands keeps it only to sign with."""
@@ -73,7 +74,7 @@ class Delivery:
     event: str
     """waiting_for_user, replied, failed or canceled."""
     target: str
-    """``config:NAME`` or ``stored:TASK:K``."""
+    """``config:NAME`` or ``stored:task:TASK:K``."""
     host: str | None
     state: Literal["sent", "failed", "retrying"]
     """sent and failed are final (its event is in the task's log); retrying: its delivery
@@ -161,7 +162,7 @@ async def start_targets(
     start under the same id)."""
     targets = targets_for(client.settings.webhook_table(), owner, role)
     given = [
-        GivenTarget(url=url, ref=stored_target_ref(task_id, k), secret=new_secret())
+        GivenTarget(url=url, ref=stored_target_ref(task_owner(task_id), k), secret=new_secret())
         for k, url in enumerate(urls, 1)
     ]
     for target in given:

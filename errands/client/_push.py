@@ -6,6 +6,7 @@ append-only."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,11 +23,12 @@ from errands.contracts.notifications import (
     NotifyTarget,
     stored_target_id,
     stored_target_ref,
+    task_owner,
 )
 from errands.errors import Conflict, InvalidRequest
 
 if TYPE_CHECKING:
-    from errands.client._handle import TaskHandle
+    from errands.client._handle import TaskHandle, TaskInfo
 
 MAX_TARGETS = 16
 """The most targets one task keeps (its start's and those given since)."""
@@ -54,8 +56,9 @@ async def add_target(
     back with each notification; ``secret``: the ``whsec_…`` to sign with, default a fresh
     one). ``TaskNotFound`` for a task the caller may not read; a task that has ended keeps the
     target, which hears nothing more."""
-    description = await handle.describe()
+    description = await _owned(handle)
     [url] = notify_urls(url)
+    check_token(token)
     if secret is not None:
         try:
             check_secret(secret, "the push config's secret")
@@ -95,7 +98,7 @@ async def add_target(
 
 async def targets_of(handle: TaskHandle) -> list[PushTarget]:
     """The targets the task was given (at its start or since), not removed, oldest first."""
-    await handle.describe()
+    await _owned(handle)
     rows = await _rows(handle)
     removed = {row.id.removesuffix(":removed") for row in rows if row.id.endswith(":removed")}
     return [
@@ -112,7 +115,7 @@ async def targets_of(handle: TaskHandle) -> list[PushTarget]:
 
 async def remove_target(handle: TaskHandle, ref: str) -> bool:
     """Notify ``ref`` no more; False when the task has no such target."""
-    description = await handle.describe()
+    description = await _owned(handle)
     if ref not in {target.ref for target in await targets_of(handle)}:
         return False
     session_id, message_id = stored_target_id(ref)
@@ -133,7 +136,27 @@ async def remove_target(handle: TaskHandle, ref: str) -> bool:
 
 
 def _ref(task_id: str, k: int) -> str:
-    return stored_target_ref(task_id, k)
+    return stored_target_ref(task_owner(task_id), k)
+
+
+TOKEN = re.compile(r"[\x21-\x7e]{1,512}")
+"""An A2A push token: printable ASCII, no spaces (it travels as a header)."""
+
+
+def check_token(token: str | None) -> None:
+    """A token that can travel as a header; the refusal never quotes it."""
+    if token is not None and not TOKEN.fullmatch(token):
+        raise InvalidRequest(
+            "the push config's token must be 1 to 512 printable ASCII characters without spaces",
+            field="token",
+        )
+
+
+async def _owned(handle: TaskHandle) -> TaskInfo:
+    """The task, once the caller may steer it (its owner or an admin): where its notifications
+    go is theirs alone, not an approver's reading it for a call."""
+    await handle._describe("steer")
+    return await handle.describe()
 
 
 async def _rows(handle: TaskHandle) -> list[StoredMessage]:

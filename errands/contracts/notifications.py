@@ -86,8 +86,14 @@ class DeliveryFailed(BaseModel):
     """How many attempts were made, as the last one reported; None when none reported."""
 
 
+def task_owner(task_id: str) -> str:
+    """The owner key of the targets given with a task (``stored:task:ID:K``), apart from a
+    schedule's (``stored:schedule:NAME:K``) whatever the task id holds."""
+    return f"task:{task_id}"
+
+
 def stored_target_ref(owner: str, k: int) -> str:
-    """The reference to the ``k``-th target given with ``owner`` (a task id or
+    """The reference to the ``k``-th target given with ``owner`` (``task_owner(ID)`` or
     ``schedule:NAME``)."""
     return f"stored:{owner}:{k}"
 

@@ -64,6 +64,9 @@ class PrepareFire(BaseModel):
 
     task: ScheduledTask
     fired_at: datetime
+    nonce: str = ""
+    """Random (the fire workflow's own, replayed as drawn) in a new session's id, so nobody
+    can claim a fire's session before it is due."""
 
 
 class PreparedFire(BaseModel):
@@ -111,7 +114,8 @@ def fire_task_id(name: str, at: datetime) -> str:
     return f"task-{name}-{_stamp(at)}"
 
 
-def fire_session_id(name: str, at: datetime) -> str:
+def fire_session_id(name: str, at: datetime, nonce: str = "") -> str:
     """The new session of the fire due at ``at`` (a schedule without a named session): within
-    the session id rules (at most 80 characters, starting with a letter)."""
-    return f"s{at.astimezone(UTC).strftime('%Y%m%d%H%M%S')}-{name}"
+    the session id rules (at most 80 characters, starting with a letter), with ``nonce`` so
+    that it cannot be guessed ahead of the fire."""
+    return f"s{nonce}{at.astimezone(UTC).strftime('%Y%m%d%H%M%S')}-{name}"[:80]

@@ -155,7 +155,7 @@ class SideQuestionRequest(_Request):
 
 class NotifySecret(BaseModel):
     url: str
-    ref: str = Field(description="stored:TASK:K, the target its deliveries name.")
+    ref: str = Field(description="stored:task:TASK:K, the target its deliveries name.")
     secret: str = Field(
         description="whsec_…: verifies each notification's webhook-signature (Standard "
         "Webhooks). Shown in this response only: errands never shows it again."
@@ -174,7 +174,7 @@ class TaskCreated(BaseModel):
 class DeliveryOut(BaseModel):
     webhook_id: str = Field(description="The webhook-id header, the same on every attempt.")
     event: str = Field(description="waiting_for_user, replied, failed or canceled")
-    target: str = Field(description="config:NAME or stored:TASK:K")
+    target: str = Field(description="config:NAME or stored:task:TASK:K")
     host: str | None
     state: Literal["sent", "failed", "retrying"]
     attempts: int

@@ -108,7 +108,7 @@ async def send(
             return await _post(url, resolved, signed, data, policy, ssl_context)
     except WebhookRefused as exc:
         return _final(f"refused: {exc.reason}")
-    except httpx.InvalidURL:
+    except (httpx.InvalidURL, UnicodeError):
         return _final("refused: the URL cannot be sent as it is written")
     except (TimeoutError, httpx.TimeoutException):
         return _again(f"timed out after {policy.timeout_seconds:g} s")
@@ -199,6 +199,9 @@ def retry_after(value: str | None, *, now: float | None = None) -> float | None:
 def _failure(exc: BaseException) -> str:
     # httpx's transport errors and the resolver's say what failed (refused, unreachable, a
     # certificate) without the URL; the class name stands in when they say nothing.
+    if isinstance(exc, httpx.LocalProtocolError):
+        # Its text quotes the header it refused, which may be a token.
+        return "connection failed: a header of the request is not valid HTTP"
     said = str(exc) or exc.__class__.__name__
     return _one_line(f"connection failed: {said}")
 

@@ -43,7 +43,10 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import validate_page_size
 
+from errands.agent.webhooks import check_secret
 from errands.client import Client, TaskHandle, add_target, remove_target, targets_of
+from errands.client._notify import notify_urls
+from errands.client._push import check_token
 from errands.contracts.principals import Principal
 from errands.errors import InvalidRequest, TaskEnded
 from errands.protocols.a2a import _log
@@ -132,6 +135,10 @@ class ErrandsRequestHandler(RequestHandler):
         incoming = Incoming.read(params)
         message = params.message
         if not message.task_id:
+            push = None
+            if params.configuration.HasField("task_push_notification_config"):
+                push = params.configuration.task_push_notification_config
+                check_push(push)  # refused before anything starts
             handle = await client.start(
                 incoming.text,
                 session=message.context_id or None,
@@ -139,8 +146,7 @@ class ErrandsRequestHandler(RequestHandler):
                 fallback_model=incoming.option(FALLBACK_MODEL, str),
                 headless=bool(incoming.option(HEADLESS, bool)),
             )
-            if params.configuration.HasField("task_push_notification_config"):
-                push = params.configuration.task_push_notification_config
+            if push is not None:
                 await add_target(
                     handle, push.url, token=push.token or None, secret=signing_secret(push)
                 )
@@ -311,7 +317,9 @@ class ErrandsRequestHandler(RequestHandler):
         with as_a2a():
             targets = await targets_of(handle)
         return [
-            TaskPushNotificationConfig(task_id=task_id, id=t.ref, url=t.url, token=t.token or "")
+            TaskPushNotificationConfig(
+                task_id=task_id, id=t.ref, url=t.url
+            )  # the token: never again
             for t in targets
             if t.format == "a2a"
         ]
@@ -387,3 +395,16 @@ def signing_secret(config: TaskPushNotificationConfig) -> str | None:
     if auth.scheme.lower() == SIGNING_SCHEME and auth.credentials:
         return auth.credentials
     return None
+
+
+def check_push(config: TaskPushNotificationConfig) -> None:
+    """A push config errands could keep (its URL's shape, its token, its secret), or the
+    ``InvalidRequest`` that ``add_target`` would raise, before a task is started for it."""
+    notify_urls(config.url)
+    check_token(config.token or None)
+    secret = signing_secret(config)
+    if secret is not None:
+        try:
+            check_secret(secret, "the push config's secret")
+        except ValueError as error:
+            raise InvalidRequest(str(error), field="secret") from None
