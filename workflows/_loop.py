@@ -324,8 +324,9 @@ class RoundLoop:
         The new run stays on this run's worker version, unless a newer one is current: then it
         starts there (auto-upgrade for its first workflow task) and is pinned there from then on.
         """
-        await workflow.wait_condition(workflow.all_handlers_finished)
         await self._status.notifier.started()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._status.notifier.started()  # any a handler asked for meanwhile
         self._state.runs += 1
         # Read after the handlers finished: the flag is the latest workflow task's.
         upgrade = ContinueAsNewVersioningBehavior.AUTO_UPGRADE if target_version_changed() else None

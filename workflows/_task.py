@@ -387,9 +387,10 @@ class TaskWorkflow:
             await self._log_end("failed", kind=failed.kind, message=failed.message)
         self._ending = True  # messages sent from now on are refused
         self._next_task = await start_queued(self.data, self.state)
+        await self._status.notifier.started()
         # A side question in flight is answered before the task closes.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        await self._status.notifier.started()
+        await self._status.notifier.started()  # any a handler asked for meanwhile
         return self._result()
 
     async def _close_sessions(self) -> None:
