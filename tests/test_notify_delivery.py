@@ -36,7 +36,15 @@ from errands.contracts.notifications import (
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_process
-from tests.helpers import DATABASE, ask, eventually, final, start_task, until_waiting
+from tests.helpers import (
+    DATABASE,
+    ask,
+    eventually,
+    final,
+    keep_history,
+    start_task,
+    until_waiting,
+)
 from tests.webhook_receiver import LOOPBACK, receiving, verifies
 from workflows._notify import span
 
@@ -128,6 +136,7 @@ async def test_a_receiver_failing_twice_gets_the_same_signed_notification_three_
             data = notice("config:ops", event="waiting_for_user", key="question:2:0")
             handle = await start(client, queue, data)
             assert await handle.result() == {"config:ops": "sent"}
+            await keep_history(client, handle.id, "notification_retried")
 
     webhook_id = notification_id(data.task_id, data.key, "config:ops")
     assert [h.status for h in receiver.hits] == [500, 500, 200]
@@ -423,6 +432,7 @@ async def test_a_task_that_asks_then_replies_notifies_each_change_once(
         )
         assert (await handle.result()).reply == "PostgreSQL it is."
         await eventually(lambda: len(receiver.hits) == 2, "the replied notification")
+        await keep_history(client, handle.id, "task_notified")
 
     waiting, replied = (hit.json() for hit in receiver.hits)
     assert (waiting["type"], replied["type"]) == ("task.waiting_for_user", "task.replied")

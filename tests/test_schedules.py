@@ -53,7 +53,7 @@ from errands.gateway._schedules import schedules_router
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.conftest import run_cli
-from tests.helpers import DATABASE, ask, eventually, final, until_waiting
+from tests.helpers import DATABASE, ask, eventually, final, keep_history, until_waiting
 
 MODEL = "openai:gpt-sched"
 ALICE = Principal(id="alice", role="user")
@@ -295,6 +295,8 @@ async def test_trigger_runs_one_now_and_show_lists_the_fire_with_its_task_and_ou
     await trigger_schedule(stack.errands, name)
     [result] = await fire_results(stack.temporal, name, 1)
     assert result.status == "replied" and result.task_id.startswith(f"task-{name}-")
+    async for fire in stack.temporal.list_workflows(f'WorkflowId STARTS_WITH "fire-{name}-"'):
+        await keep_history(stack.temporal, fire.id, "schedule_fire")
     reply = await stack.errands.task(result.task_id).wait()
     assert reply.reply == "done now"
 
