@@ -166,25 +166,33 @@ async def start_targets(
         for k, url in enumerate(urls, 1)
     ]
     for target in given:
-        session_id, message_id = stored_target_id(target.ref)
-        row = await client._store_call(
-            "append_once",
-            NewMessage(
-                id=message_id,
-                session_id=session_id,
-                role="system",
-                kind="notify_target",
-                text=target.url,
-                task_id=task_id,
-                meta={"secret": target.secret},
-            ),
-        )
-        if row.meta.get("secret") != target.secret:
+        if not await store_target(client, target, owner_id=task_id):
             raise Conflict(
                 f"the store already keeps notification targets for task id {task_id!r}; start "
                 "the task under another id (or leave the id out to get a new one)"
             )
     return targets + [NotifyTarget(ref=t.ref) for t in given], given
+
+
+async def store_target(
+    client: Client, target: GivenTarget, *, owner_id: str, **meta: str | None
+) -> bool:
+    """Keep ``target`` (its URL, its secret and ``meta``) in the store under its reference,
+    for the deliveries to read; False when another was kept under that reference first."""
+    session_id, message_id = stored_target_id(target.ref)
+    row = await client._store_call(
+        "append_once",
+        NewMessage(
+            id=message_id,
+            session_id=session_id,
+            role="system",
+            kind="notify_target",
+            text=target.url,
+            task_id=owner_id,
+            meta={"secret": target.secret, **meta},
+        ),
+    )
+    return bool(row.meta.get("secret") == target.secret)
 
 
 async def deliveries(handle: TaskHandle) -> list[Delivery]:

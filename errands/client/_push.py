@@ -14,7 +14,7 @@ from temporalio.service import RPCError
 
 from errands.adapters.webhooks import new_secret
 from errands.agent.webhooks import check_secret
-from errands.client._notify import GivenTarget, notify_urls
+from errands.client._notify import GivenTarget, notify_urls, store_target
 from errands.contracts.messages import NewMessage, StoredMessage
 from errands.contracts.notifications import (
     ADD_TARGET_SIGNAL,
@@ -75,21 +75,7 @@ async def add_target(
             f"task {task_id} has {MAX_TARGETS} notification targets already; remove one first"
         )
     given = GivenTarget(url=url, ref=_ref(task_id, k), secret=secret or new_secret())
-    session_id, message_id = stored_target_id(given.ref)
-    meta = {"secret": given.secret, "format": format, "token": token}
-    row = await client._store_call(
-        "append_once",
-        NewMessage(
-            id=message_id,
-            session_id=session_id,
-            role="system",
-            kind="notify_target",
-            text=url,
-            task_id=task_id,
-            meta=meta,
-        ),
-    )
-    if row.meta.get("secret") != given.secret:
+    if not await store_target(client, given, owner_id=task_id, format=format, token=token):
         raise Conflict(f"task {task_id} was given another target at the same moment; try again")
     if description.running:
         await _signal(handle, ADD_TARGET_SIGNAL, NotifyTarget(ref=given.ref, format=format))

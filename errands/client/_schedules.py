@@ -38,10 +38,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from errands.adapters.webhooks import new_secret
 from errands.agent.webhooks import targets_for
 from errands.client._input import checked
-from errands.client._notify import notify_urls
+from errands.client._notify import GivenTarget, notify_urls, store_target
 from errands.client._schedule_views import ScheduleView, view_of
 from errands.contracts import search
-from errands.contracts.messages import NewMessage
 from errands.contracts.notifications import NotifyTarget, stored_target_id, stored_target_ref
 from errands.contracts.schedules import (
     DEFAULT_CATCHUP_SECONDS,
@@ -273,22 +272,9 @@ async def _store_targets(client: Client, name: str, urls: list[str]) -> list[dic
     for url in urls:
         while await client._store_call("get", stored_target_id(stored_target_ref(owner, k))[1]):
             k += 1
-        ref = stored_target_ref(owner, k)
-        session_id, message_id = stored_target_id(ref)
-        secret = new_secret()
-        await client._store_call(
-            "append_once",
-            NewMessage(
-                id=message_id,
-                session_id=session_id,
-                role="system",
-                kind="notify_target",
-                text=url,
-                task_id=owner,
-                meta={"secret": secret},
-            ),
-        )
-        given.append({"url": url, "ref": ref, "secret": secret})
+        target = GivenTarget(url=url, ref=stored_target_ref(owner, k), secret=new_secret())
+        await store_target(client, target, owner_id=owner)
+        given.append({"url": url, "ref": target.ref, "secret": target.secret})
         k += 1
     return given
 
