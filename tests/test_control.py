@@ -165,6 +165,50 @@ def test_the_blank_pattern_takes_any_text_with_a_visible_character(
     assert re.fullmatch(NOT_BLANK, as_json("".join(parts), ascii_only))
 
 
+JSON_PIECES = st.sampled_from(
+    [
+        "a",
+        " ",
+        '"',
+        "\\",
+        "\\n",
+        "\\u",
+        "\\b",
+        "/",
+        "0",
+        "12",
+        "00e9",
+        "D9ba",
+        "d83d",
+        "dc00",
+        "\\ude00",
+        "\\uDFFF",
+        "\u00e9",
+        "\x01",
+    ]
+)
+
+
+@given(st.lists(JSON_PIECES, max_size=8).map("".join))
+def test_what_the_blank_pattern_admits_a_strict_json_parser_takes(text: str) -> None:
+    # A decoder writes only what the pattern admits; llama-server parses it with a strict parser
+    # and aborts when that parser refuses it (a lone surrogate escape did, in the middle of a
+    # stream). Python's own decoder lets lone surrogates through: encoding to UTF-8 does not.
+    if re.fullmatch(NOT_BLANK, text):
+        json.loads(f'"{text}"').encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "escapes", [r"\uD9bababy", r"\udc00", r"x\ud83d", r"x\u12", "x\\u", r"x\u00g0", r"\ud83d\u0041"]
+)
+def test_the_blank_pattern_refuses_a_unicode_escape_json_does_not_take(escapes: str) -> None:
+    assert not re.fullmatch(NOT_BLANK, escapes)
+
+
+def test_the_blank_pattern_takes_a_surrogate_pair() -> None:
+    assert re.fullmatch(NOT_BLANK, as_json("\U0001f600"))
+
+
 @given(BLANK)
 def test_the_blank_pattern_refuses_blank_text_decoded_or_as_json(text: str) -> None:
     assert not re.search(NOT_BLANK, text)

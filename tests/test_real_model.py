@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +60,15 @@ def llama(tmp_session_dir: Path) -> Iterator[LlamaServer]:
 
 @pytest.fixture(scope="session")
 def proxy(llama: LlamaServer) -> Iterator[RecordingProxy]:
-    recording = RecordingProxy(llama.port).start()
+    recording = RecordingProxy(llama).start()
     yield recording
     recording.stop()
+    if recording.aborts:
+        warnings.warn(
+            f"llama-server aborted {len(recording.aborts)} time(s) on its own model's output and "
+            f"was restarted by the proxy: {recording.aborts}",
+            stacklevel=1,
+        )
 
 
 @pytest.fixture

@@ -29,18 +29,33 @@ ASK_USER = "ask_user"
 PRECEDENCE = {FINAL_REPLY: 0, DELEGATE: 1, ASK_USER: 2}
 """When one step calls several control tools, the most committal one wins."""
 
-NOT_BLANK = r'^( |\\[fnrt])*([^ "\\\x00-\x1F]|\\["\\/bu])([^"\\\x00-\x1F]|\\["\\/bfnrtu])*$'
+_HEX = "[0-9a-fA-F]"
+_UNICODE_ESCAPE = (
+    f"u([0-9a-cA-Ce-fE-F]{_HEX}{{3}}"  # outside the surrogates
+    f"|[dD][0-7]{_HEX}{{2}}"
+    f"|[dD][89abAB]{_HEX}{{2}}\\\\u[dD][c-fC-F]{_HEX}{{2}})"  # a high surrogate and its low one
+)
+NOT_BLANK = (
+    r"^( |\\[fnrt])*"
+    rf'([^ "\\\x00-\x1F]|\\(["\\/b]|{_UNICODE_ESCAPE}))'
+    rf'([^"\\\x00-\x1F]|\\(["\\/bfnrt]|{_UNICODE_ESCAPE}))*$'
+)
 r"""The blank rejection the model sees on every string of a control tool: some character other
 than a space or an escaped ``\f``, ``\n``, ``\r``, ``\t``.
 
 Constrained decoders (llama.cpp, xgrammar, outlines) match a pattern against the JSON text between
 the quotes, so it is written over that text, in the syntax all of them parse: anchored (llama.cpp
 refuses anything else), plain classes (its grammars have no ``\s``/``\S``), no ``(?:``. Its
-characters are JSON's: no bare ``"``, backslash or control character, only JSON escapes. With a
-class that took any character, llama-server 0.3.16 let the string run to the output limit and
-then aborted ("Content path must be a string"); with raw newlines allowed, calls came back as
-unparsable text. Read over a decoded string it refuses quotes, backslashes and newlines as well:
-it guides decoders, and the parsers below decide.
+characters are JSON's: no bare ``"``, backslash or control character, and only escapes a strict
+JSON parser takes: ``\u`` with four hex digits, a surrogate only in a high-low pair.
+
+Each of those limits answers a failure seen in llama-server 0.3.16: with a class that took any
+character, the string ran to the output limit and the server aborted ("Content path must be a
+string"); with raw newlines allowed, calls came back as unparsable text; with ``\u`` followed by
+anything, the model wrote ``\uD9ba`` (a lone surrogate), the server's own parser refused its
+output in the middle of a stream and the server aborted ("Invalid diff"). Read over a decoded
+string it refuses quotes, backslashes and newlines as well: it guides decoders, and the parsers
+below decide.
 """
 
 
