@@ -1,8 +1,9 @@
 """The stack every benchmark runs on, and how tasks, floors and workers are run on it.
 
 Each benchmark gets its own tuned dev server (a SQLite file in a temporary directory, no UI),
-the scripted model server answering through ``bench._model.responder`` with zero latency, a
-SQLite session store, and workers either in this process or as ``python worker.py`` children.
+the scripted model server answering through ``bench._model.responder`` with zero latency (in a
+process of its own, ``bench._model_server``), a SQLite session store, and workers either in this
+process or as ``python worker.py`` children.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ class Stack:
             log_file=str(self.dir / "temporal.log"),
         )
         self.model = ScriptedModelServer(responder=responder)
+        """The same model on a thread of this process, for a benchmark that reads the requests
+        (B5) and points its workers at it."""
+        self.model_url = ""
+        """The OpenAI base URL of the model process every worker calls by default."""
         self.database_url = f"sqlite:///{self.dir / 'sessions.db'}"
         self._exit = AsyncExitStack()
         self._children: list[subprocess.Popen[bytes]] = []
@@ -71,6 +76,7 @@ class Stack:
     async def __aenter__(self) -> Self:
         await asyncio.to_thread(self.server.start)
         self.model.start()
+        self.model_url = await self._model_process()
         self.store = open_store(self.database_url)
         # The converter every errands client carries (pydantic payloads; these settings
         # encrypt nothing), on the benchmark's own server.
@@ -100,13 +106,34 @@ class Stack:
             ERRANDS_TASK_QUEUE=task_queue or f"bench-{uuid.uuid4().hex[:8]}",
             ERRANDS_DATABASE_URL=self.database_url,
             OPENAI_API_KEY=SecretStr(FAKE_KEY),
-            OPENAI_BASE_URL=self.model.openai_base_url,
+            OPENAI_BASE_URL=self.model_url,
         )
         if mcp_servers is None:
             return settings
         value = json.dumps(mcp_servers)
         parse_mcp_servers(value)  # as the setting's validator would: a typo fails here
         return settings.model_copy(update={"mcp_servers": value})
+
+    async def _model_process(self, timeout: float = 60) -> str:
+        """``bench._model_server`` as a child until the stack closes; returns its base URL."""
+        log_path = self.dir / "model-server.log"
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "bench._model_server"],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+        self._children.append(child)
+        assert child.stdout is not None
+        try:
+            line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), timeout)
+        except TimeoutError:
+            line = b""
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the model server process did not start:\n{log_path.read_text()}")
+        return f"http://127.0.0.1:{int(line)}/v1"
 
     async def serve_mcp_http(self, timeout: float = 60) -> str:
         """The almanac MCP server over Streamable HTTP (``bench._mcp_http``), as a process of
@@ -184,7 +211,7 @@ class Stack:
             ERRANDS_TASK_QUEUE=settings.task_queue,
             ERRANDS_DATABASE_URL=self.database_url,
             OPENAI_API_KEY=FAKE_KEY,
-            OPENAI_BASE_URL=self.model.openai_base_url,
+            OPENAI_BASE_URL=self.model_url,
             PYTHONPATH=str(ROOT),
         )
         if settings.mcp_servers:
@@ -281,14 +308,16 @@ async def stack_for(name: str, given: Stack | None) -> AsyncIterator[Stack]:
 
 
 def stop_process(child: subprocess.Popen[bytes], timeout: float = 10) -> None:
-    if child.poll() is not None:
-        return
-    child.terminate()
-    try:
-        child.wait(timeout)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:

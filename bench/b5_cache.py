@@ -146,6 +146,8 @@ async def run(stack: Stack | None = None) -> dict[str, Any]:
     async with stack_for("b5", stack) as stack:
         settings = stack.settings().model_copy(
             update={
+                # The in-process model: it keeps the requests this benchmark reads.
+                "openai_base_url": stack.model.openai_base_url,
                 "anthropic_api_key": SecretStr(FAKE_KEY),
                 "anthropic_base_url": stack.model.anthropic_base_url,
             }
