@@ -47,7 +47,7 @@ from errands.client._schedules import (
 from errands.contracts import search
 from errands.contracts.principals import Principal
 from errands.contracts.schedules import FireResult, ScheduledTask, fire_task_id, schedule_id
-from errands.errors import InvalidRequest, ScheduleNotFound
+from errands.errors import Conflict, InvalidRequest, ScheduleNotFound
 from errands.gateway._errors import install_handlers
 from errands.gateway._schedules import schedules_router
 from errands.settings import Settings
@@ -493,5 +493,24 @@ async def test_a_schedules_notify_url_is_kept_in_the_store_and_its_fires_carry_t
         [task] = await idle.temporal.data_converter.decode(action.args, [ScheduledTask])  # type: ignore[arg-type]
         assert [t.ref for t in task.notify] == [given["ref"]]
         assert given["secret"] not in task.model_dump_json()
+    finally:
+        await delete_schedule(idle.errands, name)
+
+
+async def test_a_name_taken_is_a_conflict_that_keeps_no_new_secret(idle: Stack) -> None:
+    name = unique("taken")
+    await add_schedule(idle.errands, name, "Digest", cron="0 8 * * 1-5", paused=True)
+    try:
+        with pytest.raises(Conflict, match="exists already; delete it first"):
+            await add_schedule(
+                idle.errands,
+                name,
+                "Other",
+                cron="0 9 * * *",
+                paused=True,
+                notify=["https://hooks.example.com/other"],
+            )
+        # The name was checked before any secret was made: no target is kept under it.
+        assert idle.store.get(f"notify:stored:schedule:{name}:1") is None
     finally:
         await delete_schedule(idle.errands, name)

@@ -195,6 +195,23 @@ async def store_target(
     return bool(row.meta.get("secret") == target.secret)
 
 
+async def forget_target(client: Client, ref: str, *, owner_id: str) -> None:
+    """Notify the stored target ``ref`` no more: a tombstone beside it, which every delivery
+    reads first (the store keeps rows; it never rewrites one)."""
+    session_id, message_id = stored_target_id(ref)
+    await client._store_call(
+        "append_once",
+        NewMessage(
+            id=f"{message_id}:removed",
+            session_id=session_id,
+            role="system",
+            kind="notify_target",
+            text="",
+            task_id=owner_id,
+        ),
+    )
+
+
 async def deliveries(handle: TaskHandle) -> list[Delivery]:
     """Every delivery of the task's notifications: final ones from its event log, in order,
     then those its running delivery workflows still try."""

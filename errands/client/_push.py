@@ -14,8 +14,8 @@ from temporalio.service import RPCError
 
 from errands.adapters.webhooks import new_secret
 from errands.agent.webhooks import check_secret
-from errands.client._notify import GivenTarget, notify_urls, store_target
-from errands.contracts.messages import NewMessage, StoredMessage
+from errands.client._notify import GivenTarget, forget_target, notify_urls, store_target
+from errands.contracts.messages import StoredMessage
 from errands.contracts.notifications import (
     ADD_TARGET_SIGNAL,
     REMOVE_TARGET_SIGNAL,
@@ -104,18 +104,7 @@ async def remove_target(handle: TaskHandle, ref: str) -> bool:
     description = await _owned(handle)
     if ref not in {target.ref for target in await targets_of(handle)}:
         return False
-    session_id, message_id = stored_target_id(ref)
-    await handle._client._store_call(
-        "append_once",
-        NewMessage(
-            id=f"{message_id}:removed",
-            session_id=session_id,
-            role="system",
-            kind="notify_target",
-            text="",
-            task_id=handle.task_id,
-        ),
-    )
+    await forget_target(handle._client, ref, owner_id=handle.task_id)
     if description.running:
         await _signal(handle, REMOVE_TARGET_SIGNAL, ref)
     return True

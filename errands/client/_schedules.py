@@ -38,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from errands.adapters.webhooks import new_secret
 from errands.agent.webhooks import targets_for
 from errands.client._input import checked
-from errands.client._notify import GivenTarget, notify_urls, store_target
+from errands.client._notify import GivenTarget, forget_target, notify_urls, store_target
 from errands.client._schedule_views import ScheduleView, view_of
 from errands.contracts import search
 from errands.contracts.notifications import NotifyTarget, stored_target_id, stored_target_ref
@@ -156,6 +156,8 @@ async def add_schedule(
         owner = acting.id if acting is not None else None
     role = acting.role if acting is not None and acting.id == owner else None
     targets = targets_for(client.settings.webhook_table(), owner, role)
+    if await _exists(client, name):
+        raise _taken(name)  # before any secret is made for it
     given = await _store_targets(client, name, urls)
     task = ScheduledTask(
         name=name,
@@ -204,14 +206,31 @@ async def add_schedule(
         await client.temporal.create_schedule(
             schedule_id(name), schedule, memo=memo, search_attributes=attributes
         )
-    except ScheduleAlreadyRunningError:
-        raise Conflict(
-            f"a schedule named {name!r} exists already; delete it first "
-            f"(errands schedule delete {name}) or choose another name"
-        ) from None
-    except RPCError as error:
+    except (ScheduleAlreadyRunningError, RPCError) as error:
+        # No schedule carries the targets just stored: none of them is to be notified.
+        for target in given:
+            await forget_target(client, target["ref"], owner_id=f"schedule:{name}")
+        if isinstance(error, ScheduleAlreadyRunningError):
+            raise _taken(name) from None
         raise _refused(error, name, cron=cron, timezone=timezone) from None
     return NewSchedule(name=name, schedule_id=schedule_id(name), notify_secrets=given)
+
+
+def _taken(name: str) -> Conflict:
+    return Conflict(
+        f"a schedule named {name!r} exists already; delete it first "
+        f"(errands schedule delete {name}) or choose another name"
+    )
+
+
+async def _exists(client: Client, name: str) -> bool:
+    try:
+        await client.temporal.get_schedule_handle(schedule_id(name)).describe()
+    except RPCError as error:
+        if _not_found(error):
+            return False
+        raise _refused(error, name) from None
+    return True
 
 
 def _spec(cron: str | None, every: timedelta | None, timezone: str) -> ScheduleSpec:
@@ -242,7 +261,7 @@ def _refused(
     error: RPCError, name: str, *, cron: str | None = None, timezone: str | None = None
 ) -> Exception:
     """Temporal's refusal of a call about schedule ``name``, as errands' error."""
-    if error.status == RPCStatusCode.NOT_FOUND or "temporal-sys-scheduler:" in error.message:
+    if _not_found(error):
         return _missing(name)
     if error.status == RPCStatusCode.INVALID_ARGUMENT:
         field = "timezone" if "time zone" in error.message else "cron" if cron else None
@@ -256,6 +275,12 @@ def _refused(
     return TemporalUnreachable(
         f"Temporal could not be reached about schedule {name!r}: {error.message}"
     )
+
+
+def _not_found(error: RPCError) -> bool:
+    """Temporal's answer about a schedule that does not exist (the dev server words some of
+    them as its scheduler workflow's)."""
+    return error.status == RPCStatusCode.NOT_FOUND or "temporal-sys-scheduler:" in error.message
 
 
 def _missing(name: str) -> ScheduleNotFound:
