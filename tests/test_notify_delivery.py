@@ -38,12 +38,22 @@ from errands.workers import build_worker
 from tests.conftest import ProcessWorkers, kill_worker, spawn_worker, worker_process
 from tests.helpers import (
     DATABASE,
+    Conversation,
     ask,
     eventually,
     final,
     keep_history,
     start_task,
     until_waiting,
+)
+from tests.mcp_notes import Servers
+from tests.test_work_tools import (
+    MODEL,
+    answer,
+    call,
+    delegating,
+    pending_approval,
+    told_branch,
 )
 from tests.webhook_receiver import LOOPBACK, receiving, verifies
 from workflows._notify import span
@@ -449,3 +459,43 @@ async def test_a_task_that_asks_then_replies_notifies_each_change_once(
         ("notification_sent", "waiting_for_user"),
         ("notification_sent", "replied"),
     ]
+
+
+async def test_two_calls_awaiting_approval_at_once_are_each_notified(
+    client: Client,
+    settings: Settings,
+    store: SessionStore,
+    scripted: ScriptedModelServer,
+    servers: Servers,
+) -> None:
+    writes = [call("mcp__web__write", name=n, text="x") for n in ("left", "right")]
+    Conversation(delegating(*writes), told_branch, branches=4).install(scripted, "gpt-tools")
+    web = {**servers.config["web"], "approval": {"write": "ask"}}
+    asking = settings.model_copy(update={"mcp_servers": json.dumps({"web": web})})
+    async with (
+        receiving(200) as receiver,
+        notifier(client, asking, store, ops=receiver.url()) as queue,
+    ):
+        handle = await start_task(
+            client, queue, "write both", model=MODEL, notify=[NotifyTarget(ref="config:ops")]
+        )
+        await eventually(lambda: len(receiver.hits) == 2, "a notification for each call")
+        approved: list[str] = []
+        for _ in range(2):  # the status shows one at a time
+            other = approved[0] if approved else None
+            pending = await pending_approval(handle, other_than=other)
+            await answer(
+                handle,
+                approval_id=pending["approval_id"],
+                decision="approve",
+                arguments_sha256=pending["arguments_sha256"],
+            )
+            approved.append(pending["approval_id"])
+        assert (await handle.result()).status == "replied"
+        await eventually(lambda: len(receiver.hits) == 3, "the replied notification")
+        await keep_history(client, handle.id, "task_notified_per_approval")
+
+    sent = [hit.json() for hit in receiver.hits]
+    assert [s["type"] for s in sent] == ["task.waiting_for_user"] * 2 + ["task.replied"]
+    approve = {s["data"]["commands"]["approve"] for s in sent[:2]}
+    assert approve == {f"errands approve {handle.id} --id {i}" for i in approved}

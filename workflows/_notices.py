@@ -36,6 +36,9 @@ class Notifier:
     def __init__(self, data: TaskInput) -> None:
         self._data = data
         self._starting: list[asyncio.Task[None]] = []
+        self._keys: set[str] = set()
+        """What this run has notified: a key is notified once (across runs, Temporal refuses a
+        second start of its workflow id)."""
         self.enabled = False
         """Set as the run starts (``RunPatches.notices``): a run from before notifications
         replays without them."""
@@ -45,8 +48,9 @@ class Notifier:
         want it; started beside the task, which awaits only the start (``started``)."""
         data = self._data
         targets = [target for target in data.notify if event in target.events]
-        if not targets or not self.enabled:
+        if not targets or not self.enabled or key in self._keys:
             return
+        self._keys.add(key)
         notice = Notice(
             task_id=data.task_id,
             session_id=data.session_id,

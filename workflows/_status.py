@@ -37,7 +37,9 @@ class TaskStatus:
 
     def set(self, status: str, phase: str, *, key: str | None = None, summary: str = "") -> None:
         """Change the state and phase; a new state the task's targets want is notified, as
-        ``key`` (default: the state's name; a wait names what it waits on) with ``summary``."""
+        ``key`` (default: the state's name; a wait names what it waits on) with ``summary``. A
+        new wait while the task already waits (a question while a call awaits approval) is
+        notified too: each needs someone."""
         changed = status != self.status
         self.status, self.phase = status, phase
         self._search.publish(
@@ -45,7 +47,7 @@ class TaskStatus:
             round_=self._state.round,
             cost=cost_usd(self._state.ledger, self._data.prices),
         )
-        if changed and status in NOTIFY_EVENTS:
+        if status in NOTIFY_EVENTS and (changed or key is not None):
             self.notifier.notice(status, key or status, summary or None)  # type: ignore[arg-type]
 
     def replied(self, text: str, *, join_reason: str | None = None) -> None:
@@ -57,7 +59,8 @@ class TaskStatus:
         self.set("failed", "failed")
 
     def show_approvals(self, waiting: list[ApprovalRequest], question_open: bool) -> None:
-        """While a call waits for approval the task waits for the user; then it runs again."""
+        """While a call waits for approval the task waits for the user; then it runs again.
+        Each call put to a person is notified once, however many wait at a time."""
         if waiting and self.status == "running":
             self._phase_before_approval = self.phase
             self.set(
@@ -70,3 +73,7 @@ class TaskStatus:
             phase, self._phase_before_approval = self._phase_before_approval, None
             if self.status == "waiting_for_user" and not question_open:
                 self.set("running", phase)
+        if self.status == "waiting_for_user":
+            for request in waiting:
+                key, summary = f"approval:{request.approval_id}", approval_summary(request)
+                self.notifier.notice("waiting_for_user", key, summary)
