@@ -89,9 +89,9 @@ def render(results: dict[str, Any], modules: dict[str, ModuleType]) -> str:
         "(`history.transferProcessorMaxPollRPS=10000`, a SQLite file in WAL mode), the scripted "
         "model server answering with zero latency through the real OpenAI client (in a process "
         "of its own since 2026-12-05, as a provider is; before, on a thread of the benchmark's "
-        "process, where its work took the workers' GIL), and a SQLite session store. Workers run in the benchmark's process unless a table says "
-        "`python worker.py` processes. Latency is measured from the `start_workflow` call to "
-        "the result.",
+        "process, where its work took the workers' GIL), and a SQLite session store. Workers "
+        "run in the benchmark's process unless a table says `python worker.py` processes. "
+        "Latency is measured from the `start_workflow` call to the result.",
         "",
         "## Machine",
         "",
