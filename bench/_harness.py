@@ -131,9 +131,10 @@ class Stack:
             line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), timeout)
         except TimeoutError:
             line = b""
-        if not line.strip().isdigit():
+        url = line.decode().strip()
+        if not url.startswith("http://"):
             raise RuntimeError(f"the model server process did not start:\n{log_path.read_text()}")
-        return f"http://127.0.0.1:{int(line)}/v1"
+        return url
 
     async def serve_mcp_http(self, timeout: float = 60) -> str:
         """The almanac MCP server over Streamable HTTP (``bench._mcp_http``), as a process of

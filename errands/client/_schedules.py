@@ -209,7 +209,7 @@ async def add_schedule(
     except (ScheduleAlreadyRunningError, RPCError) as error:
         # No schedule carries the targets just stored: none of them is to be notified.
         for target in given:
-            await forget_target(client, target["ref"], owner_id=f"schedule:{name}")
+            await forget_target(client, target["ref"], owner_id=_targets_owner(name))
         if isinstance(error, ScheduleAlreadyRunningError):
             raise _taken(name) from None
         raise _refused(error, name, cron=cron, timezone=timezone) from None
@@ -289,10 +289,15 @@ def _missing(name: str) -> ScheduleNotFound:
     )
 
 
+def _targets_owner(name: str) -> str:
+    """Whose the targets of schedule ``name`` are in the store."""
+    return f"schedule:{name}"
+
+
 async def _store_targets(client: Client, name: str, urls: list[str]) -> list[dict[str, str]]:
     """Each URL with a fresh secret, kept in the store under the schedule (``schedule:NAME``),
     numbered after any an earlier schedule of that name kept (those stay as they were)."""
-    owner = f"schedule:{name}"
+    owner = _targets_owner(name)
     k, given = 1, []
     for url in urls:
         while await client._store_call("get", stored_target_id(stored_target_ref(owner, k))[1]):
