@@ -16,20 +16,16 @@ from activities._context import ContextFitter, ResultLimit, SessionView
 from activities._events import preview, record
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
+from activities._rounds import RoundRecords
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore
 from errands.agent import side_questions
 from errands.agent.advisor import advice_result, advisor_request
 from errands.agent.reading import NONE
 from errands.agent.subtask_types import SubtaskType, WorkTool
-from errands.contracts.activities import (
-    AdvisorInput,
-    AdvisorOutput,
-    RoundStepInput,
-    SideAnswer,
-    SideQuestionInput,
-)
+from errands.contracts.activities import AdvisorInput, AdvisorOutput, SideAnswer, SideQuestionInput
 from errands.contracts.messages import Message, ModelRequest, ModelUsage, Usage
+from errands.contracts.rounds import RoundStepInput
 
 
 class ConsultActivities:
@@ -45,6 +41,7 @@ class ConsultActivities:
         self._types = types
         self._main_tools = list(main_tools)
         self._fitter = ContextFitter(store, router)
+        self._rounds = RoundRecords(store, types, router.settings)
 
     def _build(
         self, step: RoundStepInput, previews: int = NONE, limit: ResultLimit | None = None
@@ -55,7 +52,9 @@ class ConsultActivities:
     async def _round_request(self, step: RoundStepInput) -> ModelRequest:
         """The round's request as the round rendered it: from the same summary, with the same
         previews, compacting nothing (for a step from before views were pinned, the previews
-        are decided again on the round's model)."""
+        are decided again on the round's model). A step still preparing its round renders as
+        it will once prepared."""
+        step = await asyncio.to_thread(self._rounds.in_flight, step)
         if step.view is not None:
             request, _, _ = await asyncio.to_thread(self._build, step)
             return request

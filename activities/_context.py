@@ -24,7 +24,6 @@ from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore
 from errands.agent import context, prompts, reading
 from errands.contracts import ids
-from errands.contracts.activities import RoundView
 from errands.contracts.messages import (
     DeltaSink,
     Message,
@@ -35,6 +34,7 @@ from errands.contracts.messages import (
     NewMessage,
     StoredMessage,
 )
+from errands.contracts.rounds import RoundView
 from errands.contracts.rows import SummaryMeta
 
 SUMMARY_KIND: MessageKind = "summary"

@@ -14,6 +14,7 @@ from activities._context import ContextFitter, ResultLimit, SessionView, session
 from activities._events import branch_of, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
+from activities._rounds import BeforeStep, RoundRecords
 from activities._threads import open_threads, thread_messages, write_branch_row
 from activities._tool_calls import pinned_for
 from activities._tools import (
@@ -30,16 +31,18 @@ from errands.agent import context, prompts, reading
 from errands.agent.control import FINAL_REPLY, REPLY_FIELD
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
-from errands.contracts.activities import (
-    BranchStepInput,
-    BranchStepOutput,
-    RecordBranchInput,
-    RoundStepInput,
-    RoundStepOutput,
-)
+from errands.contracts.activities import BranchStepInput, BranchStepOutput, RecordBranchInput
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.events import NewEvent
-from errands.contracts.messages import Message, ModelRequest, NewMessage, StoredMessage, ToolCall
+from errands.contracts.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    NewMessage,
+    StoredMessage,
+    ToolCall,
+)
+from errands.contracts.rounds import RoundStepInput, RoundStepOutput, RoundView, StoredDecision
 from errands.contracts.rows import StepMeta, SummaryMeta, ToolResultMeta
 
 
@@ -110,6 +113,7 @@ class ModelActivities:
         self._router = router
         self._types = types
         self._fitter = ContextFitter(store, router)
+        self._rounds = RoundRecords(store, types, router.settings)
         self._mcp = mcp_tools if mcp_tools is not None else McpTools(store, {})
         self._main_tools = {t.spec.name: t for t in main_tools}
         """The main agent's Python tools, by name (offered here; run by ``ToolActivities``)."""
@@ -119,6 +123,30 @@ class ModelActivities:
         return await heartbeating(self._round_step(data))
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
+        before = await asyncio.to_thread(self._before_call, data)
+        if before.settled:
+            # The round has its reply or acknowledgement: written by an attempt of this step
+            # that died before reporting, or found by the round's preparation. No model call.
+            return RoundStepOutput(
+                response=ModelResponse(),
+                catalog_size=0,
+                attempt=activity.info().attempt,
+                types=before.types,
+                prepared=before.prepared,
+                settled=True,
+            )
+        return await self._round_call(before)
+
+    def _before_call(self, data: RoundStepInput) -> BeforeStep:
+        """The round opened or prepared as the step was asked, and the user's messages it is
+        the first to show logged as delivered. Blocking."""
+        before = self._rounds.before_step(data)
+        if not before.settled:
+            delivered(self._store, data.task_id, data.delivers)
+        return before
+
+    async def _round_call(self, before: BeforeStep) -> RoundStepOutput:
+        data = before.step
         offered: list[OfferedTool] = []
         work_tools: list[str] = []
         if data.work_tools and data.final_reason is None:
@@ -134,7 +162,6 @@ class ModelActivities:
             ),
             log=compactions(self._store, data.task_id, MAIN),
         )
-        await asyncio.to_thread(delivered, self._store, data.task_id, data.delivers)
         call = ModelCall(
             self._store,
             data.task_id,
@@ -146,28 +173,46 @@ class ModelActivities:
         async with call:
             response, catalog_size = await fitting.complete(self._router, call.take)
             await call.write(await call.finished(response.usage))
-        approvals = await asyncio.to_thread(
-            approvals_needed,
-            self._store,
-            data.session_id,
-            offered,
-            response.tool_calls,
-            response.text,
+        view = fitting.pinned()
+        approvals, stored = await asyncio.to_thread(
+            self._after_call, data, offered, response, catalog_size, work_tools, view
         )
         return RoundStepOutput(
             response=response,
             catalog_size=catalog_size,
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
-            view=fitting.pinned(),
+            view=view,
             work_tools=work_tools,
             approvals=approvals,
+            types=before.types,
+            prepared=before.prepared,
+            stored=stored,
             servers={
                 i: t.server
                 for i, call in enumerate(response.tool_calls)
                 for t in offered
                 if t.name == call.name and t.session != "shared"
             },
+        )
+
+    def _after_call(
+        self,
+        data: RoundStepInput,
+        offered: list[OfferedTool],
+        response: ModelResponse,
+        catalog_size: int,
+        work_tools: list[str],
+        view: RoundView,
+    ) -> tuple[list[ApprovalNeed], StoredDecision | None]:
+        """The step's calls that wait for approval, and the decision it wrote. Blocking."""
+        approvals = approvals_needed(
+            self._store, data.session_id, offered, response.tool_calls, response.text
+        )
+        if data.writes is None:
+            return approvals, None
+        return approvals, self._rounds.write_decision(
+            data, response, catalog_size, work_tools, view
         )
 
     @activity.defn(name="branch_step")

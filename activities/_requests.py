@@ -27,8 +27,8 @@ from errands.agent.reading import (
 )
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
-from errands.contracts.activities import RoundStepInput
 from errands.contracts.messages import Message, ModelRequest
+from errands.contracts.rounds import RoundStepInput
 
 
 def round_request(

@@ -4,44 +4,42 @@ deterministic id, so retries and replays never duplicate or change a message."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities._events import event, preview, record
-from activities._quotas import CostQuotas
-from activities._threads import open_threads, read_stored, write_branch_row
-from errands.adapters.store import SessionStore, TaskStart
+from activities._events import event
+from activities._rounds import RoundRecords, replied
+from activities._threads import read_stored, write_branch_row
+from errands.adapters.store import SessionStore
 from errands.agent.reading import READ_MESSAGE
 from errands.agent.subtask_types import SubtaskType
 from errands.contracts import ids
 from errands.contracts.activities import (
     AckOutput,
-    AppendAckInput,
     AppendMessageInput,
-    AppendReplyInput,
-    BranchOutcome,
     DecisionsOutput,
     JoinInput,
     JoinOutput,
     MessageOutput,
-    OpenBranchInput,
-    OpenTaskInput,
-    OpenTaskOutput,
-    PrepareRoundInput,
     ReadMessageInput,
     ReadMessageOutput,
     RecordBranchInput,
     RememberApprovalInput,
     RememberInput,
     ReplyOutput,
-    RoundState,
     SessionRef,
 )
 from errands.contracts.events import NewEvent, named
 from errands.contracts.messages import NewMessage
+from errands.contracts.rounds import (
+    AppendAckInput,
+    AppendReplyInput,
+    OpenTaskInput,
+    OpenTaskOutput,
+    PrepareRoundInput,
+    RoundState,
+)
 from errands.contracts.rows import (
-    AckMeta,
     ApprovedToolMeta,
     BranchMeta,
     ReplyMeta,
@@ -49,12 +47,6 @@ from errands.contracts.rows import (
     UserMeta,
 )
 from errands.settings import Settings
-
-
-def replied(task_id: str, by: str, text: str) -> NewEvent:
-    """The task's ``replied`` event, written with its reply (by a model or the join)."""
-    cause = ids.reply_message_id(task_id)
-    return event(task_id, "replied", "replied", cause, replied_by=by, chars=len(text))
 
 
 class SessionActivities:
@@ -65,150 +57,23 @@ class SessionActivities:
         self, store: SessionStore, types: dict[str, SubtaskType], settings: Settings | None = None
     ) -> None:
         self._store = store
-        self._types = types
-        self._cost = CostQuotas.of(settings)
+        self._rounds = RoundRecords(store, types, settings)
 
     @activity.defn(name="open_task")
     async def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
         """Append the user's message once and name the installed subtask types; asked to, also
         prepare round 0, which saves the first round a store call of its own."""
-        return await asyncio.to_thread(self._open_task, data)
-
-    def _open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
-        if data.owner is not None:
-            # Also for a task no errands.Client started (queued by its task, another program):
-            # its owner's quotas count it, once (a client may have recorded it already, or,
-            # for a queued message, under the message's id: that record becomes this task's).
-            self._store.record_start(
-                TaskStart(
-                    task_id=data.task_id,
-                    owner=data.owner,
-                    session_id=data.session_id,
-                    started_at=datetime.now(UTC),
-                ),
-                replacing=None if data.queued_as is None else ids.queued_start_id(data.queued_as),
-            )
-        self._store.append_once(
-            NewMessage(
-                id=ids.user_message_id(data.task_id),
-                session_id=data.session_id,
-                role="user",
-                kind="user",
-                text=data.text,
-                task_id=data.task_id,
-            ),
-            [
-                event(
-                    data.task_id,
-                    "task_started",
-                    "task_started",
-                    data.task_id,
-                    session_id=data.session_id,
-                    text=preview(data.text),
-                    owner=data.owner,
-                )
-            ],
-        )
-        first_round = None
-        if data.prepare_first_round:
-            first_round = self._prepare_round(
-                PrepareRoundInput(
-                    task_id=data.task_id,
-                    session_id=data.session_id,
-                    round=0,
-                    owner=data.owner,
-                    owner_role=data.owner_role,
-                )
-            )
-        return OpenTaskOutput(
-            types=[t.info() for t in self._types.values()], first_round=first_round
-        )
+        return await asyncio.to_thread(self._rounds.open_task, data)
 
     @activity.defn(name="prepare_round")
     async def prepare_round(self, data: PrepareRoundInput) -> RoundState:
-        return await asyncio.to_thread(self._prepare_round, data)
-
-    def _prepare_round(self, data: PrepareRoundInput) -> RoundState:
-        store = self._store
-        state = RoundState(upto_seq=store.last_seq(data.session_id))
-        reply = store.get(ids.reply_message_id(data.task_id))
-        if reply is None:
-            key = f"round:{data.round}"
-            record(store, data.task_id, key, "round_started", key, round=data.round)
-        if reply is not None:
-            state.reply = reply.text
-            joined = ReplyMeta.of(reply)
-            if joined.deterministic_join:
-                state.join_reason = joined.reason or "no model could answer"
-            return state
-        state.over_quota = self._cost.over(store, data.owner, data.owner_role)
-        ack = store.get(ids.ack_message_id(data.task_id, data.round))
-        if ack is not None:
-            state.ack = ack.text
-            acked = AckMeta.of(ack)
-            state.ack_subtasks, state.ack_upto_seq = acked.subtasks, acked.upto_seq
-            prefix = ids.branch_rows_prefix(data.task_id, data.round)
-            state.branches = [
-                BranchOutcome(
-                    ordinal=branch.ordinal,
-                    type=branch.type,
-                    status=branch.status,
-                    error=row.text if branch.status != "completed" else None,
-                )
-                for row in store.list_by_prefix(data.session_id, prefix)
-                for branch in [BranchMeta.of(row)]
-            ]
-        return state
+        return await asyncio.to_thread(self._rounds.prepare, data)
 
     @activity.defn(name="append_ack")
     async def append_ack(self, data: AppendAckInput) -> AckOutput:
         """The round's acknowledgement, and its branches' threads opened with it: one render
         of the session here instead of one per branch, each in its own activity at once."""
-        return AckOutput(text=await asyncio.to_thread(self._append_ack, data))
-
-    def _append_ack(self, data: AppendAckInput) -> str:
-        row = self._store.append_once(
-            NewMessage(
-                id=ids.ack_message_id(data.task_id, data.round),
-                session_id=data.session_id,
-                role="assistant",
-                kind="ack",
-                text=data.reply,
-                task_id=data.task_id,
-                round=data.round,
-                meta=AckMeta(upto_seq=data.upto_seq, subtasks=data.subtasks).stored(),
-            ),
-            [
-                event(
-                    data.task_id,
-                    f"round:{data.round}:delegated",
-                    "delegated",
-                    f"round:{data.round}",
-                    round=data.round,
-                    subtasks=len(data.subtasks),
-                    types=[s.type for s in data.subtasks],
-                    reply=preview(data.reply),
-                )
-            ],
-        )
-        open_threads(
-            self._store,
-            [
-                OpenBranchInput(
-                    thread_id=thread_id,
-                    task_id=data.task_id,
-                    session_id=data.session_id,
-                    catalog_upto_seq=data.upto_seq,
-                    prompt=draft.prompt,
-                    references=draft.references,
-                    view=data.view,
-                )
-                # No thread ids from a task started before they were sent: its branches
-                # open their own threads, as they always can.
-                for thread_id, draft in zip(data.thread_ids, data.subtasks, strict=False)
-            ],
-        )
-        return row.text
+        return AckOutput(text=await asyncio.to_thread(self._rounds.append_ack, data))
 
     @activity.defn(name="append_message")
     async def append_message(self, data: AppendMessageInput) -> MessageOutput:
@@ -242,19 +107,10 @@ class SessionActivities:
 
     @activity.defn(name="append_reply")
     async def append_reply(self, data: AppendReplyInput) -> ReplyOutput:
-        row = await asyncio.to_thread(
-            self._store.append_once,
-            NewMessage(
-                id=ids.reply_message_id(data.task_id),
-                session_id=data.session_id,
-                role="assistant",
-                kind="reply",
-                text=data.text,
-                task_id=data.task_id,
-            ),
-            [replied(data.task_id, "model", data.text)],
+        text = await asyncio.to_thread(
+            self._rounds.append_reply, data.task_id, data.session_id, data.text
         )
-        return ReplyOutput(text=row.text)
+        return ReplyOutput(text=text)
 
     @activity.defn(name="record_branch")
     async def record_branch(self, data: RecordBranchInput) -> None:

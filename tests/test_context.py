@@ -26,8 +26,8 @@ from errands.agent import context, reading
 from errands.agent.model_catalog import ModelInfo
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
-from errands.contracts.activities import RoundView
 from errands.contracts.messages import NewMessage, StoredMessage
+from errands.contracts.rounds import RoundView
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
 from errands.workers import build_worker

@@ -11,18 +11,12 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import SessionActivities
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import Fail, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore
 from errands.agent.subtask_types import load_types
-from errands.contracts.activities import (
-    AppendReplyInput,
-    OpenTaskInput,
-    OpenTaskOutput,
-    ReplyOutput,
-)
 from errands.contracts.messages import NewMessage
+from errands.contracts.rounds import RoundStepInput, RoundStepOutput
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.plugin import WORKFLOWS, build_activities
 from errands.settings import Settings
@@ -31,8 +25,11 @@ from tests.conftest import ANTHROPIC_KEY, OPENAI_KEY, StartTask, run_cli
 from tests.helpers import (
     ACTIVITY_SCHEDULED,
     ACTIVITY_STARTED,
+    Conversation,
+    delegate,
     events_of,
     final,
+    general,
     history_bytes,
     history_events,
     is_summary_call,
@@ -217,44 +214,48 @@ async def test_narration_on_every_slot_fails_the_task_as_exhausted(
     assert "finish_reason=stop" in result.error.message and "text length=27" in result.error.message
 
 
-async def test_writes_retried_after_they_landed_leave_each_message_once(
+async def test_round_steps_retried_after_their_writes_landed_leave_each_message_once(
     client: Client, settings: Settings, store: SessionStore, scripted: ScriptedModelServer
 ) -> None:
-    """Fault injection: the first attempt of each write activity fails after its write landed."""
-    real = SessionActivities(store, {})
+    """Fault injection: the first attempt of every round step fails after its writes landed (the
+    task's opening, the acknowledgement, the reply). The retry finds what it wrote and asks no
+    model again; the branches run from the stored acknowledgement."""
+    router = ModelRouter(settings)
+    built = build_activities(store, router, load_types(settings.subtask_types))
+    real_step = next(a for a in built if a.__name__ == "round_step")
 
-    @activity.defn(name="open_task")
-    async def open_task(data: OpenTaskInput) -> OpenTaskOutput:
-        out = await real.open_task(data)
+    @activity.defn(name="round_step")
+    async def round_step(data: RoundStepInput) -> RoundStepOutput:
+        out = await real_step(data)
         if activity.info().attempt == 1:
-            raise RuntimeError("injected: worker lost after the write")
-        return out
-
-    @activity.defn(name="append_reply")
-    async def append_reply(data: AppendReplyInput) -> ReplyOutput:
-        out = await real.append_reply(data)
-        if activity.info().attempt == 1:
-            raise RuntimeError("injected: worker lost after the write")
+            raise RuntimeError("injected: worker lost after the writes")
         return out
 
     queue = f"faults-{uuid.uuid4().hex[:6]}"
-    replaced = {"open_task": open_task, "append_reply": append_reply}
-    router = ModelRouter(settings)
-    activities = [
-        replaced.get(a.__name__, a)
-        for a in build_activities(store, router, load_types(settings.subtask_types))
-    ]
+    activities = [round_step if a.__name__ == "round_step" else a for a in built]
+    convo = Conversation(
+        [delegate(general("one", 1), reply="Working on it."), final("exactly once")],
+        lambda r: Reply(text="branch result"),
+        branches=1,
+    )
     async with Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities):
-        scripted.script("gpt-test", final("exactly once"))
+        convo.install(scripted, "gpt-test")
         handle = await start_task(client, queue, "write me once", model="openai:gpt-test")
         result = await handle.result()
     await router.aclose()
     assert result.reply == "exactly once"
+    assert len(convo.main_requests) == 2  # one model call a round: the retries asked none
+    assert len(convo.branch_requests) == 1
     rows = store.list_session(result.session_id)
-    assert [(r.id, r.text) for r in rows] == [
+    assert [(r.id, r.text) for r in rows if r.kind != "branch"] == [
         (f"task:{result.task_id}:user", "write me once"),
+        (f"task:{result.task_id}:round:0:ack", "Working on it."),
         (f"task:{result.task_id}:reply", "exactly once"),
     ]
+    # Two attempts a round, the first's call lost with it.
+    rounds = result.usage.parts["rounds"]["openai:gpt-test"]
+    assert (rounds.calls, rounds.failed_calls) == (2, 2)
+    await keep_history(client, handle.id, "round_steps_retried_after_their_writes")
 
 
 async def test_no_secret_reaches_the_history(

@@ -31,7 +31,16 @@ from errands.errors import ConfigError, QuotaExceeded, TaskNotFound
 from errands.gateway import create_app, serving
 from errands.settings import Settings
 from errands.workers import build_worker
-from tests.helpers import DATABASE, Conversation, ask, delegate, eventually, final, general
+from tests.helpers import (
+    DATABASE,
+    Conversation,
+    ask,
+    delegate,
+    eventually,
+    final,
+    general,
+    keep_history,
+)
 from tests.test_rounds import answer_branch
 
 PRICES = {"openai:gpt-quota": {"input": 10.0, "output": 0.0}}
@@ -243,6 +252,7 @@ async def test_a_task_over_its_owners_daily_cost_stops_at_the_next_round_with_it
         await router.aclose()
     assert result.status == "replied" and result.reply == "Both sides, summed up."
     assert result.rounds == 2
+    await keep_history(client, result.task_id, "over_quota_final_round")
     last = convo.main_requests[-1].body
     assert [t["function"]["name"] for t in last["tools"]] == ["final_reply"]
     instructions = last["messages"][0]["content"]

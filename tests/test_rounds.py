@@ -290,8 +290,8 @@ async def test_a_failing_branch_is_reported_with_its_reason_while_siblings_compl
     await keep_history(client, handle.id, "failing_branch")
 
 
-async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_local_activities(
-    client: Client, scripted: ScriptedModelServer, start: StartTask
+async def test_a_round_costs_its_model_calls_alone_the_store_work_rides_on_its_steps(
+    client: Client, scripted: ScriptedModelServer, start: StartTask, store: SessionStore
 ) -> None:
     Conversation(
         [delegate(general("one", 1), general("two", 1)), final("done")],
@@ -307,14 +307,20 @@ async def test_only_model_calls_go_through_the_server_and_store_calls_run_as_loc
         for e in events_of(events, ACTIVITY_SCHEDULED)
     ]
     assert scheduled == ["round_step", "round_step"]
-    # Every store call is a local activity, recorded as a marker in the workflow task that ran
-    # it; opening the task prepares round 0 too, so only round 1 has a prepare_round of its own.
-    assert local_activities(events) == [
-        "open_task",
-        "append_ack",
-        "prepare_round",
-        "append_reply",
+    # Round 0's step opened the task and prepared the round, and wrote the acknowledgement it
+    # decided; round 1's prepared its round and wrote the reply: no store call of their own.
+    assert local_activities(events) == []
+    rows = store.list_by_prefix((await handle.result()).session_id, f"task:{handle.id}:")
+    assert [(r.kind, r.text) for r in rows if r.kind in ("user", "ack", "reply")] == [
+        ("user", "q"),
+        ("ack", "On it."),
+        ("reply", "done"),
     ]
+    logged = [e.type for e in store.list_events(handle.id)]
+    for expected in ("task_started", "round_started", "delegated", "replied"):
+        assert expected in logged, logged
+    assert logged.count("round_started") == 2
+    await keep_history(client, handle.id, "round_records_on_steps")
     branch = await history_events(client.get_workflow_handle(f"{handle.id}/r0/b1"))
     assert [
         e.activity_task_scheduled_event_attributes.activity_type.name

@@ -11,8 +11,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities import ConsultActivities
     from errands.agent.advisor import error_result, limit_reached_result, parse_question, refused
-    from errands.contracts.activities import AdvisorInput, RoundStepInput
+    from errands.contracts.activities import AdvisorInput
     from errands.contracts.messages import ToolCall
+    from errands.contracts.rounds import RoundStepInput
     from errands.contracts.workflows import TaskInput, TaskState, model_queue
     from workflows._failures import describe
     from workflows._options import model_retry

@@ -13,7 +13,8 @@ from temporalio.exceptions import ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
     from errands.contracts import ids
-    from errands.contracts.activities import BranchOutcome, RecordBranchInput
+    from errands.contracts.activities import RecordBranchInput
+    from errands.contracts.rounds import BranchOutcome
     from errands.contracts.subtasks import DelegateDecision, SubtaskDraft
     from errands.contracts.workflows import SubtaskInput, TaskInput, TaskState
     from workflows._failures import describe

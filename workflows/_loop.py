@@ -22,17 +22,19 @@ with workflow.unsafe.imports_passed_through():
     from activities import SessionActivities
     from errands.agent import approvals, prompts
     from errands.contracts import ids
-    from errands.contracts.activities import (
-        AppendAckInput,
-        AppendReplyInput,
-        BranchOutcome,
-        JoinInput,
-        PrepareRoundInput,
-        RoundState,
-    )
+    from errands.contracts.activities import JoinInput
     from errands.contracts.approvals import ApprovalNeed
     from errands.contracts.asking import Answer
     from errands.contracts.principals import Principal
+    from errands.contracts.rounds import (
+        AppendAckInput,
+        AppendReplyInput,
+        BranchOutcome,
+        OpenTaskInput,
+        PrepareRoundInput,
+        RoundState,
+        StoredDecision,
+    )
     from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
     from errands.contracts.workflows import TaskError, TaskInput, TaskState
     from workflows._approvals import PendingApprovals, log_answered, log_requested, request_for
@@ -68,6 +70,8 @@ class RoundLoop:
         self._patches = RunPatches.none()
         self.first_round: RoundState | None = None
         """Round 0 as prepared by the call that opened the task."""
+        self.opening: OpenTaskInput | None = None
+        """A new task's opening, for round 0's first step to carry (since 0.3.0)."""
         self.interrupted = False
         """Set by a message that interrupts the round: its branches are cancelled."""
         self._rounds_this_run = 0
@@ -77,7 +81,14 @@ class RoundLoop:
     async def run(self, patches: RunPatches) -> None:
         self._patches = patches
         state = self._state
-        decider = RoundDecider(self._data, state, self.approve, guarded=patches.arguments_guarded)
+        decider = RoundDecider(
+            self._data,
+            state,
+            self.approve,
+            guarded=patches.arguments_guarded,
+            writes=patches.records_on_steps,
+        )
+        decider.opening, self.opening = self.opening, None
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None
@@ -87,20 +98,18 @@ class RoundLoop:
             self._status.set("running", f"round {state.round}: deciding")
             round_ = state.round
             state.rounds = max(state.rounds, round_ + 1)
-            prepared = await self._prepare(round_)
-            self._over_quota = prepared.over_quota
-            if prepared.reply is not None:
-                # A previous attempt already replied: return it, no inference.
-                self._status.replied(prepared.reply, join_reason=prepared.join_reason)
-                return
-            if prepared.ack is not None:
-                # This round already delegated: reuse its acknowledgement, run what is missing.
-                decision = DelegateDecision(reply=prepared.ack, subtasks=prepared.ack_subtasks)
-                upto_seq = prepared.ack_upto_seq or prepared.upto_seq
-                done = {b.ordinal: b for b in prepared.branches}
-            else:
-                upto_seq = parked.slot.upto_seq if parked else prepared.upto_seq
-                outcome = await self._decide(decider, round_, upto_seq, parked)
+            prepared = await self._prepare(round_, parked)
+            self._over_quota = prepared.over_quota if prepared is not None else None
+            if prepared is None or not prepared.settled:
+                upto_seq = (
+                    parked.slot.upto_seq
+                    if parked
+                    else prepared.upto_seq
+                    if prepared is not None
+                    else state.seen_upto_seq  # the round's first step finds where it ends
+                )
+                prepares = self._preparing(round_) if prepared is None else None
+                outcome = await self._decide(decider, round_, upto_seq, parked, prepares)
                 upto_seq = max(upto_seq, state.seen_upto_seq)  # the messages its steps showed
                 if isinstance(outcome, Failure):
                     if await self._retried_later(round_, outcome):
@@ -109,39 +118,59 @@ class RoundLoop:
                     return
                 state.retries, self._status.last_error = 0, None
                 if isinstance(outcome, ReplyDecision):
-                    await self._reply_with(outcome)
+                    await self._reply_with(outcome, decider.stored)
                     return
-                decision, done = outcome, {}
-                await self._acknowledge(round_, upto_seq, decision)
+                if isinstance(outcome, DelegateDecision):
+                    await self._acknowledge(round_, upto_seq, outcome, decider.stored)
+                    await self._run_branches(round_, upto_seq, outcome, {})
+                    state.round += 1
+                    continue
+                prepared = outcome  # a step found the round settled
+            if prepared.reply is not None:
+                # A previous attempt already replied: return it, no inference.
+                self._status.replied(prepared.reply, join_reason=prepared.join_reason)
+                return
+            # This round already delegated: reuse its acknowledgement, run what is missing.
+            assert prepared.ack is not None, "a settled round without a reply has its ack"
+            decision = DelegateDecision(reply=prepared.ack, subtasks=prepared.ack_subtasks)
+            done = {b.ordinal: b for b in prepared.branches}
+            upto_seq = prepared.ack_upto_seq or prepared.upto_seq
             await self._run_branches(round_, upto_seq, decision, done)
             state.round += 1
 
-    async def _prepare(self, round_: int) -> RoundState:
+    async def _prepare(self, round_: int, parked: Waiting | None) -> RoundState | None:
         """What the store already holds for the round. Round 0 is usually prepared already, by
-        the call that opened the task."""
+        the call that opened the task; since 0.3.0 a round's first step prepares it (None)."""
         prepared, self.first_round = self.first_round, None
         if prepared is not None:
             return prepared
+        if self._patches.records_on_steps and parked is None:
+            return None
+        return await store_call(SessionActivities.prepare_round, self._preparing(round_))
+
+    def _preparing(self, round_: int) -> PrepareRoundInput:
         data = self._data
-        return await store_call(
-            SessionActivities.prepare_round,
-            PrepareRoundInput(
-                task_id=data.task_id,
-                session_id=data.session_id,
-                round=round_,
-                owner=data.owner,
-                owner_role=data.owner_role,
-            ),
+        return PrepareRoundInput(
+            task_id=data.task_id,
+            session_id=data.session_id,
+            round=round_,
+            owner=data.owner,
+            owner_role=data.owner_role,
         )
 
     async def _decide(
-        self, decider: RoundDecider, round_: int, upto_seq: int, parked: Waiting | None
-    ) -> RoundDecision | Failure:
+        self,
+        decider: RoundDecider,
+        round_: int,
+        upto_seq: int,
+        parked: Waiting | None,
+        prepares: PrepareRoundInput | None,
+    ) -> RoundDecision | Failure | RoundState:
         """The round's decision, waiting for the user as often as the model asks."""
         if parked is None:
             # Counted as it starts: a round that waits across runs is carried, not counted again.
             self._state.attempts += 1
-        outcome = parked or await decider.decide(round_, upto_seq, self._final_reason())
+        outcome = parked or await decider.decide(round_, upto_seq, self._final_reason(), prepares)
         while isinstance(outcome, Waiting):
             outcome = await decider.resume(outcome, await self._wait_for_answer(outcome))
         self._rounds_this_run += 1
@@ -181,8 +210,17 @@ class RoundLoop:
             )
         return None
 
-    async def _acknowledge(self, round_: int, upto_seq: int, decision: DelegateDecision) -> None:
-        """The acknowledgement the user sees while the branches run, written before any starts."""
+    async def _acknowledge(
+        self,
+        round_: int,
+        upto_seq: int,
+        decision: DelegateDecision,
+        stored: StoredDecision | None,
+    ) -> None:
+        """The acknowledgement the user sees while the branches run, written before any starts
+        (by the step that delegated, since 0.3.0)."""
+        if stored is not None and stored.kind == "ack":
+            return
         data = self._data
         await store_call(
             SessionActivities.append_ack,
@@ -337,13 +375,17 @@ class RoundLoop:
 
     # -- endings ----------------------------------------------------------------------------
 
-    async def _reply_with(self, decision: ReplyDecision) -> None:
+    async def _reply_with(self, decision: ReplyDecision, stored: StoredDecision | None) -> None:
+        """The reply, stored once (by the step that decided it, since 0.3.0)."""
+        if stored is not None and stored.kind == "reply":
+            self._status.replied(stored.text)
+            return
         data = self._data
-        stored = await store_call(
+        written = await store_call(
             SessionActivities.append_reply,
             AppendReplyInput(task_id=data.task_id, session_id=data.session_id, text=decision.text),
         )
-        self._status.replied(stored.text)
+        self._status.replied(written.text)
 
     async def _give_up(self, failure: Failure) -> None:
         """No model can answer: deliver completed branches if any, else fail with the kind."""

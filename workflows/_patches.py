@@ -35,18 +35,27 @@ client or by a signal its worker did not know, replays without them. A change as
 start later gets ``asked-at-run-start-4``."""
 
 
+RUN_START_4 = "asked-at-run-start-4"
+"""Release 0.3.0: a round's store work rides on its model steps (``activities._rounds``): a new
+task's first step opens it, a round's first step prepares the round, and the step that decides
+writes the acknowledgement or the reply. A run from before it makes each a store call of its
+own, and replays so. A change asked at the start later gets ``asked-at-run-start-5``."""
+
+
 @dataclass(frozen=True)
 class RunPatches:
     approvals_logged: bool
     arguments_guarded: bool
     notices: bool = False
+    records_on_steps: bool = False
 
     @staticmethod
     def at_start() -> RunPatches:
         """Ask once; call it first thing in a task's run, before any activity."""
         workflow.deprecate_patch(RUN_START)
         release_2 = RunPatches.of_release_2(workflow.patched(RUN_START_2))
-        return replace(release_2, notices=workflow.patched(RUN_START_3))
+        notices = workflow.patched(RUN_START_3)
+        return replace(release_2, notices=notices, records_on_steps=workflow.patched(RUN_START_4))
 
     @staticmethod
     def of_branch() -> RunPatches:

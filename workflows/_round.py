@@ -20,34 +20,29 @@ with workflow.unsafe.imports_passed_through():
     from activities import ModelActivities, SessionActivities
     from errands.agent import prompts
     from errands.agent.advisor import ADVISOR_TOOL
-    from errands.agent.control import (
-        ASK_USER,
-        DELEGATE,
-        FINAL_REPLY,
-        Rejection,
-        parse_delegate,
-        parse_final_reply,
-        pick_control_call,
-    )
+    from errands.agent.control import Rejection
     from errands.agent.reading import READ_MESSAGE
+    from errands.agent.steps import Offer, Reading, Rules, cut_short, read_step, types_digest
     from errands.contracts import ids
-    from errands.contracts.activities import ReadMessageInput, RoundStepInput, RoundStepOutput
+    from errands.contracts.activities import ReadMessageInput
     from errands.contracts.asking import Answer, QuestionSet
     from errands.contracts.messages import ModelResponse, ToolCall
+    from errands.contracts.rounds import (
+        OpenTaskInput,
+        PrepareRoundInput,
+        RoundState,
+        RoundStepInput,
+        RoundStepOutput,
+        StepWrites,
+        StoredDecision,
+    )
     from errands.contracts.subtasks import DelegateDecision, ReplyDecision, RoundDecision
     from errands.contracts.workflows import Slot, TaskInput, TaskState, model_queue
-    from errands.errors import ModelMistake
     from workflows._advisor import consult_advisor
     from workflows._asking import ask, record_answer
     from workflows._failures import Failure, describe
     from workflows._options import model_step, store_call
-    from workflows._repairs import (
-        Narration,
-        append_exchange,
-        cut_off,
-        narration_exchange,
-        repair_exchange,
-    )
+    from workflows._repairs import Narration, append_exchange, narration_exchange, repair_exchange
     from workflows._round_tools import Approver, run_round_tools
     from workflows._sessions import SessionHolders
 
@@ -61,9 +56,6 @@ READ_MESSAGE_TOOL = "read-message-work-tool"
 OUTPUT_LIMIT_REPAIRED = "output-limit-is-its-own-repair"
 """Deprecated patch (0.2.0): a tool call the output-token limit cut off is rejected as such,
 whatever its tool, instead of being read as if complete."""
-
-CUT_OFF = frozenset({"length", "max_tokens"})
-"""The finish reasons (OpenAI, Anthropic) of a response the output-token limit ended."""
 
 
 @dataclass
@@ -99,10 +91,9 @@ class Waiting:
         return self.slot.deadline
 
 
-RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting
-Attempt = RoundDecision | Rejection | Failure | Waiting | Narration
-Reading = RoundDecision | Rejection | ToolCall | None
-"""What one step's calls amount to (``RoundDecider._read_step``)."""
+RoundOutcome = ReplyDecision | DelegateDecision | Failure | Waiting | RoundState
+"""``RoundState``: a step found the round settled already (its reply or acknowledgement)."""
+Attempt = RoundDecision | Rejection | Failure | Waiting | Narration | RoundState
 
 
 class RoundDecider:
@@ -116,6 +107,7 @@ class RoundDecider:
         approve: Approver | None = None,
         *,
         guarded: bool = True,
+        writes: bool = False,
     ) -> None:
         self._data = data
         self._state = state
@@ -123,9 +115,26 @@ class RoundDecider:
         self._guarded = guarded
         """Whether control and advisor arguments are read under the guards (a run since 0.2.0:
         ``RunPatches.arguments_guarded``)."""
+        self._writes = writes
+        """Whether the deciding step writes the acknowledgement or the reply (a run since
+        0.3.0: ``RunPatches.records_on_steps``)."""
         self._models = [data.model] + ([data.fallback_model] if data.fallback_model else [])
+        self.opening: OpenTaskInput | None = None
+        """A new task's opening, which its first step carries (until one succeeds)."""
+        self._prepares: PrepareRoundInput | None = None
+        self.stored: StoredDecision | None = None
+        """What the latest step wrote of its decision: the task need not write it again."""
 
-    async def decide(self, round_: int, upto_seq: int, final_reason: str | None) -> RoundOutcome:
+    async def decide(
+        self,
+        round_: int,
+        upto_seq: int,
+        final_reason: str | None,
+        prepares: PrepareRoundInput | None = None,
+    ) -> RoundOutcome:
+        """``prepares``: the round's first step prepares it (``upto_seq`` is then where the task
+        last knew the session to end; the step renders up to where it does)."""
+        self._prepares = prepares
         slot = Slot(round=round_, upto_seq=upto_seq, final_reason=final_reason)
         return await self._ladder(slot, Trail(), None)
 
@@ -157,7 +166,7 @@ class RoundDecider:
                 outcome, result = result, None
                 if isinstance(outcome, Waiting):
                     return Waiting(slot, trail)
-                if isinstance(outcome, (ReplyDecision, DelegateDecision)):
+                if isinstance(outcome, (ReplyDecision, DelegateDecision, RoundState)):
                     return outcome
                 if isinstance(outcome, Failure):
                     if outcome.non_recoverable:
@@ -211,10 +220,13 @@ class RoundDecider:
         steps run out. Every step is charged to the budget, failed ones included."""
         while slot.steps_left > 0:
             slot.steps_left -= 1
-            stepped = await self._step(slot)
+            stepped = await self._step(slot, writes=self._writes and not dismissed)
             if isinstance(stepped, Failure):
                 return ReplyDecision(text=prompts.DISMISSED_REPLY) if dismissed else stepped
             step, out = stepped
+            if out.settled:
+                assert out.prepared is not None, "a settled step reports what it found"
+                return out.prepared
             decision = self._decision(step, out)
             if dismissed:
                 # The user declined to choose: whatever the model does now, the round ends with
@@ -227,12 +239,15 @@ class RoundDecider:
                 return ended
         return Failure("no_decision", "the attempt ran out of steps without a control call")
 
-    async def _step(self, slot: Slot) -> tuple[RoundStepInput, RoundStepOutput] | Failure:
+    async def _step(
+        self, slot: Slot, *, writes: bool
+    ) -> tuple[RoundStepInput, RoundStepOutput] | Failure:
         """One model step of the slot, charged to the budget and the ledger."""
         settings, state = self._data.settings, self._state
         model = self._models[slot.slot_index]
-        step = self._next_step(slot, model)
+        step = self._next_step(slot, model, writes=writes)
         state.last_round = step
+        self.stored = None
         try:
             out = await model_step(
                 ModelActivities.round_step,
@@ -251,9 +266,13 @@ class RoundDecider:
             )
             return failure
         response = out.response
-        state.ledger.charge(
-            "rounds", model, response.usage, calls=out.attempt, failed_calls=out.attempt - 1
-        )
+        lost = out.attempt - 1  # earlier attempts: failed, or their results died with them
+        calls = lost if out.settled else out.attempt  # a settled step asked no model
+        state.ledger.charge("rounds", model, response.usage, calls=calls, failed_calls=lost)
+        if step.opens is not None or step.prepares is not None:
+            step = self._prepared(slot, step, out)
+            state.last_round = step
+        self.stored = out.stored
         if out.compaction is not None:
             state.ledger.merge("compaction", {model: out.compaction})
         if out.view is not None:
@@ -262,10 +281,13 @@ class RoundDecider:
             state.last_round = step
         return step, out
 
-    def _next_step(self, slot: Slot, model: str) -> RoundStepInput:
+    def _next_step(self, slot: Slot, model: str, *, writes: bool) -> RoundStepInput:
         """The request of the slot's next step, which shows the messages the user sent
-        meanwhile (they are in the session); the step is counted here."""
+        meanwhile (they are in the session); the step is counted here. ``writes``: the step
+        writes the decision it makes (the acknowledgement or the reply)."""
         data, settings, state = self._data, self._data.settings, self._state
+        opens = self.opening
+        prepares = None if opens is not None else self._prepares
         delivers = [m.message_id for m in state.steers if slot.upto_seq < m.seq]
         slot.upto_seq = max([slot.upto_seq, *(m.seq for m in state.steers)])
         state.seen_upto_seq = max(state.seen_upto_seq, slot.upto_seq)
@@ -287,23 +309,64 @@ class RoundDecider:
             extra=list(slot.extra),
             max_subtasks=settings.max_subtasks,
             max_output_tokens=settings.max_output_tokens,
+            opens=opens,
+            prepares=prepares,
+            writes=self._step_writes(opens) if writes else None,
         )
+
+    def _step_writes(self, opens: OpenTaskInput | None) -> StepWrites:
+        """A step that opens the task writes with the types it records; any other, with the
+        types the task recorded."""
+        return StepWrites(
+            types_digest=None if opens is not None else types_digest(self._state.types),
+            guarded=self._guarded,
+            workflow_id=workflow.info().workflow_id,
+        )
+
+    def _prepared(self, slot: Slot, step: RoundStepInput, out: RoundStepOutput) -> RoundStepInput:
+        """Take in what a step that opened the task or prepared the round found, as the step
+        itself did (``activities._rounds.RoundRecords.before_step``): the types, the position
+        it rendered up to, and a quota that made the round final. Returns the step as it ran."""
+        self.opening, self._prepares = None, None
+        state = self._state
+        if out.types is not None:
+            state.types = out.types
+        prepared = out.prepared
+        if prepared is None or out.settled:
+            return step.model_copy(update={"opens": None, "prepares": None})
+        slot.upto_seq = max(slot.upto_seq, prepared.upto_seq)
+        state.seen_upto_seq = max(state.seen_upto_seq, slot.upto_seq)
+        if prepared.over_quota is not None:
+            slot.final_reason = slot.reason = prepared.over_quota
+            slot.steps_left = 0  # the step that ran was the round's one final step
+        # The round's latest request (``TaskState.last_round``, which side questions replay)
+        # is the step as it ran: prepared, its opening gone (the user's text travels once).
+        update = {
+            "upto_seq": slot.upto_seq,
+            "final_reason": slot.reason,
+            "opens": None,
+            "prepares": None,
+        }
+        if slot.reason is not None:
+            update["work_tools"] = False
+        return step.model_copy(update=update)
 
     def _decision(self, step: RoundStepInput, out: RoundStepOutput) -> Reading:
         """What the step's calls amount to, with the tools it was offered."""
-        response, follow_up = out.response, step.work_tools
-        offered = {FINAL_REPLY}
-        if step.final_reason is None and self._state.types:
-            offered.add(DELEGATE)
-        if follow_up:
-            offered.add(ASK_USER)
-        work = {ADVISOR_TOOL, READ_MESSAGE, *out.work_tools} if follow_up else set()
-        decision = self._read_step(response.tool_calls, offered, work, out.catalog_size)
+        response, settings = out.response, self._data.settings
+        offer = Offer(
+            final=step.final_reason is not None,
+            follow_up=step.work_tools,
+            work_tools=tuple(out.work_tools),
+        )
+        rules = Rules(
+            self._state.types, settings.max_subtasks, settings.max_output_tokens, self._guarded
+        )
+        decision = read_step(response, offer, rules, out.catalog_size)
         if isinstance(decision, ToolCall) and decision.name == READ_MESSAGE:
             workflow.deprecate_patch(READ_MESSAGE_TOOL)
-        if response.tool_calls and response.finish_reason in CUT_OFF:
+        if cut_short(response):
             workflow.deprecate_patch(OUTPUT_LIMIT_REPAIRED)
-            decision = cut_off(response.tool_calls[-1], self._data.settings.max_output_tokens)
         return decision
 
     async def _act(
@@ -321,7 +384,11 @@ class RoundDecider:
             else:
                 return await self._ask(slot, decision)
             return None
-        if isinstance(decision, ReplyDecision) and self._steered_since(slot.upto_seq):
+        if (
+            isinstance(decision, ReplyDecision)
+            and self.stored is None  # a reply the step stored stands: later messages wait
+            and self._steered_since(slot.upto_seq)
+        ):
             self._steer(slot)
             return None
         if decision is not None:
@@ -380,40 +447,3 @@ class RoundDecider:
     def _steered_since(self, upto_seq: int) -> bool:
         """Whether the user sent a message the step rendering up to ``upto_seq`` did not show."""
         return any(m.seq > upto_seq for m in self._state.steers)
-
-    def _read_step(
-        self, calls: list[ToolCall], offered: set[str], work: set[str], catalog_size: int
-    ) -> Reading:
-        """What one step's tool calls amount to: a decision, a call to repair, an ``ask_user``
-        or work-tool call to carry out, or None when the model called nothing (narration).
-
-        A control call wins over work-tool calls in the same step: the round ends there."""
-        picked = pick_control_call(calls, offered)
-        if picked is None:
-            if not calls:
-                return None
-            known = [c for c in calls if c.name in work]
-            if known:
-                return known[0]
-            return Rejection(
-                call=calls[0],
-                error=f"There is no tool named {calls[0].name!r} in this round; the tools you "
-                f"can call are {sorted(offered | work)}.",
-            )
-        name, chosen = picked
-        if name == ASK_USER:
-            return chosen[0]
-        try:
-            if name == FINAL_REPLY:
-                return parse_final_reply(chosen, guarded=self._guarded)
-            return parse_delegate(
-                chosen,
-                catalog_size=catalog_size,
-                types=self._state.types,
-                max_subtasks=self._data.settings.max_subtasks,
-                guarded=self._guarded,
-            )
-        except ModelMistake as error:
-            # A repeated final_reply is judged by its last call, everything else by its first.
-            subject = chosen[-1] if name == FINAL_REPLY else chosen[0]
-            return Rejection(call=subject, error=str(error))

@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from errands.contracts.activities import (
         AppendMessageInput,
         McpHolder,
-        OpenTaskInput,
         SideAnswer,
         SideQuestionInput,
     )
@@ -37,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         NotifyTarget,
     )
     from errands.contracts.principals import Principal
+    from errands.contracts.rounds import OpenTaskInput
     from errands.contracts.workflows import (
         CANCEL_REQUESTED_SIGNAL,
         WAKE_SIGNAL,
@@ -351,21 +351,7 @@ class TaskWorkflow:
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()
-                workflow.deprecate_patch(FIRST_ROUND_PREPARED_AT_OPEN)
-                opened = await store_call(
-                    SessionActivities.open_task,
-                    OpenTaskInput(
-                        task_id=data.task_id,
-                        session_id=data.session_id,
-                        text=data.text,
-                        prepare_first_round=True,
-                        owner=data.owner,
-                        owner_role=data.owner_role,
-                        queued_as=data.queued_as,
-                    ),
-                )
-                self.state.types = opened.types
-                self._loop.first_round = opened.first_round
+                await self._open(data)
             await self._loop.run(self._patches)
         except asyncio.CancelledError:
             self._status.set("canceled", "canceled")
@@ -392,6 +378,26 @@ class TaskWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._status.notifier.started()  # any a handler asked for meanwhile
         return self._result()
+
+    async def _open(self, data: TaskInput) -> None:
+        """The task's opening: the user's message appended once, the installed types recorded,
+        round 0 prepared. Carried by round 0's first step since 0.3.0; a store call before."""
+        opening = OpenTaskInput(
+            task_id=data.task_id,
+            session_id=data.session_id,
+            text=data.text,
+            prepare_first_round=True,
+            owner=data.owner,
+            owner_role=data.owner_role,
+            queued_as=data.queued_as,
+        )
+        if self._patches.records_on_steps:
+            self._loop.opening = opening
+            return
+        workflow.deprecate_patch(FIRST_ROUND_PREPARED_AT_OPEN)
+        opened = await store_call(SessionActivities.open_task, opening)
+        self.state.types = opened.types
+        self._loop.first_round = opened.first_round
 
     async def _close_sessions(self) -> None:
         """Close the task's stateful MCP sessions and the main agent's own: it ended (a branch

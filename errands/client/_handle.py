@@ -26,10 +26,11 @@ from errands.client._refusals import innermost, kind_of, refusal
 from errands.client._sessions import session_of
 from errands.client._task_calls import TaskCalls
 from errands.contracts import ids, limits
-from errands.contracts.activities import RoundStepInput, SideAnswer, SideQuestionInput
+from errands.contracts.activities import SideAnswer, SideQuestionInput
 from errands.contracts.approvals import ApprovalAnswer, ApprovalChoice, ApprovalReceipt
 from errands.contracts.events import TERMINAL, StoredEvent
 from errands.contracts.limits import SIDE_TIMEOUT_SECONDS
+from errands.contracts.rounds import RoundStepInput
 from errands.contracts.search import OWNER
 from errands.contracts.workflows import (
     CANCEL_REQUESTED_SIGNAL,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from errands.contracts.activities import McpHolder, RoundStepInput, RoundView
+from errands.contracts.activities import McpHolder
 from errands.contracts.approvals import ApprovalRequest
 from errands.contracts.asking import QuestionSet
 from errands.contracts.limits import (
@@ -23,6 +23,7 @@ from errands.contracts.limits import (
 from errands.contracts.messages import Message, ModelPrice, ModelUsage, ToolCall, UsageLedger
 from errands.contracts.notifications import NotifyTarget
 from errands.contracts.principals import Principal
+from errands.contracts.rounds import RoundStepInput, RoundView
 from errands.contracts.subtasks import SubtaskTypeInfo
 from errands.errors import FailureKind, TaskFailed
 
