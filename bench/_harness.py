@@ -36,6 +36,7 @@ from errands.adapters.mcp.config import parse_mcp_servers
 from errands.adapters.routing import ModelRouter
 from errands.adapters.scripted import ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
+from errands.contracts import search
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
@@ -246,7 +247,8 @@ class Stack:
         client: Client | None = None,
     ) -> WorkflowHandle[Any, TaskResult]:
         """Start a task through the stack's client, or ``client`` (one with another data
-        converter: the encryption benchmark's)."""
+        converter: the encryption benchmark's), as ``errands.Client`` starts one: with the
+        initial search attributes and the text as its summary."""
         session = session_id or f"s-{uuid.uuid4().hex[:10]}"
         task_id = f"task-{session}-{uuid.uuid4().hex[:6]}"
         return await (client or self.client).start_workflow(
@@ -261,6 +263,8 @@ class Stack:
             id=task_id,
             task_queue=settings.task_queue,
             result_type=TaskResult,
+            search_attributes=search.initial(session),
+            static_summary=text[:200],
         )
 
     async def run_task(self, settings: Settings, model: str, **kwargs: Any) -> tuple[float, str]:

@@ -53,7 +53,7 @@ from errands.contracts.messages import NewMessage, StoredMessage
 from errands.settings import Settings
 
 TITLE = "B1 · overhead against the Temporal floor"
-FULL = {"tasks": 40, "warmup": 3}
+FULL = {"tasks": 80, "warmup": 3}
 SMOKE = {"tasks": 1, "warmup": 0}
 TARGET = 1.3
 TOOL_TARGETS = {"errands_tool_http": 1.3, "errands_tool_stdio": 1.5}

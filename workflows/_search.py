@@ -28,6 +28,18 @@ class Publisher:
         self._session_value = session_value(session_id) if enabled and session_id else ""
         self._last: dict[str, object] = {}
 
+    def known_from_start(self) -> None:
+        """Count the attributes the task started with as published (its frontend sets them:
+        ``errands.contracts.search.initial``), so a change upserts only what differs. Runs
+        since 0.3.0 (``RunPatches.records_on_steps``); an earlier run upserted them again."""
+        if not self._enabled:
+            return
+        started = workflow.info().typed_search_attributes
+        for key in (STATE, WAITING, ROUND, COST, SESSION):
+            value = started.get(key)
+            if value is not None:
+                self._last[key.name] = value
+
     def publish(self, *, state: str, round_: int, cost: float | None = None) -> None:
         if not self._enabled:
             return

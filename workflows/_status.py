@@ -31,6 +31,10 @@ class TaskStatus:
         self._phase_before_approval: str | None = None
         self.notifier = Notifier(data)
 
+    def known_from_start(self) -> None:
+        """The search attributes the task started with are published already."""
+        self._search.known_from_start()
+
     @property
     def ended(self) -> bool:
         return self.status in ("replied", "failed", "canceled")

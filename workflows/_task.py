@@ -348,6 +348,8 @@ class TaskWorkflow:
     async def run(self, data: TaskInput) -> TaskResult:
         self._patches = RunPatches.at_start()
         self._status.notifier.enabled = self._patches.notices
+        if self._patches.records_on_steps:
+            self._status.known_from_start()
         try:
             if data.carry is None:
                 self.state.started_at = workflow.now()

@@ -140,6 +140,10 @@ def matches(pattern: str, spec: str) -> bool:
     return any(fnmatchcase(spec, alternative) for alternative in pattern.split("|"))
 
 
+_KNOWN_MAX = 1024
+"""Most model specs a catalog remembers its answers for."""
+
+
 class ModelCatalog:
     """The built-in families with the operator's ``ERRANDS_MODELS`` changes on top."""
 
@@ -150,10 +154,20 @@ class ModelCatalog:
     ) -> None:
         self._families = families
         self._overrides = {key: dict(fields) for key, fields in (overrides or {}).items()}
+        self._known: dict[tuple[str, bool], ModelInfo] = {}
+        """Each answer, once: a model step asks several times, and the catalog never changes."""
 
     def lookup(self, spec: str, *, official_api: bool = True) -> ModelInfo:
         """What errands knows about ``spec``; ``official_api`` False: an OpenAI-compatible
         server other than OpenAI's own, which settles an open ``output_limit`` as ``both``."""
+        known = self._known.get((spec, official_api))
+        if known is None:
+            if len(self._known) >= _KNOWN_MAX:  # tasks name their models: keep it bounded
+                self._known.clear()
+            known = self._known[spec, official_api] = self._looked_up(spec, official_api)
+        return known
+
+    def _looked_up(self, spec: str, official_api: bool) -> ModelInfo:
         info = next((f.info for f in self._families if matches(f.match, spec)), ModelInfo())
         changes: dict[str, Any] = {}
         # Every matching override applies, the most specific (exact, then longest) last.

@@ -40,6 +40,7 @@ def initial(session_value: str, owner: str | None = None) -> TypedSearchAttribut
         SearchAttributePair(STATE, "running"),
         SearchAttributePair(WAITING, False),
         SearchAttributePair(ROUND, 0),
+        SearchAttributePair(COST, 0.0),
         SearchAttributePair(SESSION, session_value),
     ]
     if owner is not None:
