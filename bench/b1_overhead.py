@@ -514,11 +514,20 @@ def _gap(result: dict[str, Any]) -> str:
         counted["parent_local_activities_before_children"]
         + counted["parent_local_activities_after_children"]
     )
+    if n_local:
+        stores = (
+            f"{locals_cost:.0f} ms is what Temporal itself charges for the {n_local} session-"
+            "store calls errands makes as local activities (the floor + local runs the same "
+            "calls as no-ops)"
+        )
+    else:
+        stores = (
+            "errands makes no session-store call of its own, its model steps carry them (the "
+            f"floor + local is the floor again, {locals_cost:+.0f} ms apart: noise)"
+        )
     return (
         f"{verdict} Where the {total:.0f} ms errands adds to the floor go, measured (medians): "
-        f"{locals_cost:.0f} ms is what Temporal itself charges for the {n_local} session-store "
-        "calls errands makes as local activities (the floor + local runs the same calls as "
-        f"no-ops); beyond that, {act:.0f} ms is the model calls' real work inside their "
+        f"{stores}; beyond that, {act:.0f} ms is the model calls' real work inside their "
         "activities (reading the session, rendering the request, the HTTP round trip through "
         f"the OpenAI client, storing the result) and {wft:.0f} ms is in workflow tasks "
         "(errands' workflow code, the store calls' real work, pydantic payloads, search-"
