@@ -218,8 +218,10 @@ class RoundRecords:
         return BeforeStep(_as_prepared(data, prepared), prepared, types)
 
     def in_flight(self, data: RoundStepInput) -> RoundStepInput:
-        """A round step as it renders once it has prepared its round, read without writing:
-        a side question asked while the step runs replays what the step shows."""
+        """A round step as it renders once it has prepared its round, read without writing: a
+        side question asked while the step runs renders up to where the store ends now, which
+        is where the step's preparation found it unless the user wrote since (a step that has
+        yet to open its task shows no message of it)."""
         asked = data.opens or data.prepares
         if asked is None:
             return data
@@ -317,7 +319,7 @@ class RoundRecords:
 def _as_prepared(data: RoundStepInput, found: RoundState) -> RoundStepInput:
     """The step as its round's preparation leaves it: it renders up to where the store was,
     and a quota its owner passed makes it final (``RoundDecider`` takes in the same)."""
-    reason = found.over_quota or data.final_reason
+    reason = found.over_quota if found.over_quota is not None else data.final_reason
     return data.model_copy(
         update={
             "upto_seq": max(data.upto_seq, found.upto_seq),

@@ -50,8 +50,9 @@ from errands.settings import Settings
 
 
 class SessionActivities:
-    """``settings``: the worker's, for its daily cost quotas (``ERRANDS_QUOTAS``, at its
-    prices); None: no quota is checked at round boundaries."""
+    """The store calls a workflow makes as local activities. A round's own (the opening, the
+    preparation, the acknowledgement, the reply) are ``RoundRecords``', which ``settings`` is
+    given to; since 0.3.0 a round's model steps make them instead."""
 
     def __init__(
         self, store: SessionStore, types: dict[str, SubtaskType], settings: Settings | None = None

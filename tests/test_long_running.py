@@ -9,7 +9,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from errands.adapters.scripted import Call, RecordedRequest, Reply, ScriptedModelServer
+from errands.adapters.scripted import Call, Fail, RecordedRequest, Reply, ScriptedModelServer
 from errands.contracts.messages import Usage
 from errands.contracts.workflows import RoundSettings
 from errands.settings import Settings
@@ -142,3 +142,33 @@ async def test_cancelling_after_the_boundary_ends_the_task(
     assert isinstance(failure.value.cause, CancelledError)
     status: Any = await client.get_workflow_handle(handle.id).describe()
     assert status.status.name == "CANCELED"
+
+
+async def test_a_task_handed_over_before_its_first_step_succeeded_still_opens(
+    client: Client, worker, settings: Settings, model_server: ScriptedModelServer, store
+) -> None:
+    """Round 0 fails as transient and the run hands over (one round a run) before any step
+    succeeded: the next run's first step carries the task's opening, so the task records its
+    subtask types (``delegate`` is offered) and its message is in the session once."""
+    requests: list[RecordedRequest] = []
+
+    def answer(request: RecordedRequest) -> Any:
+        requests.append(request)
+        return Fail(503, "overloaded") if len(requests) == 1 else final("opened after all")
+
+    model_server.script("gpt-open", answer, answer)
+    handle = await start_task(
+        client,
+        settings.task_queue,
+        "open me once",
+        model="openai:gpt-open",
+        settings=RoundSettings(rounds_per_run=1, model_max_attempts=1, round_retry_seconds=0.2),
+    )
+    result = await handle.result()
+    assert result.reply == "opened after all"
+    runs = [e.run_id async for e in client.list_workflows(f'WorkflowId = "{handle.id}"')]
+    assert len(runs) == 2, "the failed round handed over to a second run"
+    offered = [t["function"]["name"] for t in requests[-1].body["tools"]]
+    assert "delegate" in offered, offered
+    rows = store.list_session(result.session_id)
+    assert [(r.kind, r.text) for r in rows if r.kind == "user"] == [("user", "open me once")]

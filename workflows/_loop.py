@@ -54,6 +54,19 @@ with workflow.unsafe.imports_passed_through():
     from workflows._waiting import HandOver, PendingQuestion
 
 
+def task_opening(data: TaskInput) -> OpenTaskInput:
+    """What opening the task takes: its message, its owner, round 0 prepared with it."""
+    return OpenTaskInput(
+        task_id=data.task_id,
+        session_id=data.session_id,
+        text=data.text,
+        prepare_first_round=True,
+        owner=data.owner,
+        owner_role=data.owner_role,
+        queued_as=data.queued_as,
+    )
+
+
 class RoundLoop:
     """The rounds of one task, from the round its state is at until a reply or a failure."""
 
@@ -70,8 +83,6 @@ class RoundLoop:
         self._patches = RunPatches.none()
         self.first_round: RoundState | None = None
         """Round 0 as prepared by the call that opened the task."""
-        self.opening: OpenTaskInput | None = None
-        """A new task's opening, for round 0's first step to carry (since 0.3.0)."""
         self.interrupted = False
         """Set by a message that interrupts the round: its branches are cancelled."""
         self._rounds_this_run = 0
@@ -88,7 +99,7 @@ class RoundLoop:
             guarded=patches.arguments_guarded,
             writes=patches.records_on_steps,
         )
-        decider.opening, self.opening = self.opening, None
+        decider.opening = task_opening(self._data) if state.unopened else None
         while True:
             # A round that waited on the user when the previous run handed over goes on waiting.
             parked = Waiting(state.resume) if state.resume is not None else None

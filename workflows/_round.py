@@ -260,6 +260,7 @@ class RoundDecider:
                 + (" · final" if step.final_reason is not None else ""),
             )
         except ActivityError as error:
+            state.last_round = _unprepared(step)
             failure = describe(error, settings.model_max_attempts)
             state.ledger.charge(
                 "rounds", model, calls=failure.attempts, failed_calls=failure.attempts
@@ -327,29 +328,23 @@ class RoundDecider:
         """Take in what a step that opened the task or prepared the round found, as the step
         itself did (``activities._rounds.RoundRecords.before_step``): the types, the position
         it rendered up to, and a quota that made the round final. Returns the step as it ran."""
-        self.opening, self._prepares = None, None
         state = self._state
+        if step.opens is not None:
+            self.opening, state.unopened = None, False
+        self._prepares = None
         if out.types is not None:
             state.types = out.types
         prepared = out.prepared
         if prepared is None or out.settled:
-            return step.model_copy(update={"opens": None, "prepares": None})
+            return _unprepared(step)
         slot.upto_seq = max(slot.upto_seq, prepared.upto_seq)
         state.seen_upto_seq = max(state.seen_upto_seq, slot.upto_seq)
         if prepared.over_quota is not None:
             slot.final_reason = slot.reason = prepared.over_quota
             slot.steps_left = 0  # the step that ran was the round's one final step
-        # The round's latest request (``TaskState.last_round``, which side questions replay)
-        # is the step as it ran: prepared, its opening gone (the user's text travels once).
-        update = {
-            "upto_seq": slot.upto_seq,
-            "final_reason": slot.reason,
-            "opens": None,
-            "prepares": None,
-        }
-        if slot.reason is not None:
-            update["work_tools"] = False
-        return step.model_copy(update=update)
+        final = {"work_tools": False} if slot.reason is not None else {}
+        update = {"upto_seq": slot.upto_seq, "final_reason": slot.reason, **final}
+        return _unprepared(step.model_copy(update=update))
 
     def _decision(self, step: RoundStepInput, out: RoundStepOutput) -> Reading:
         """What the step's calls amount to, with the tools it was offered."""
@@ -447,3 +442,9 @@ class RoundDecider:
     def _steered_since(self, upto_seq: int) -> bool:
         """Whether the user sent a message the step rendering up to ``upto_seq`` did not show."""
         return any(m.seq > upto_seq for m in self._state.steers)
+
+
+def _unprepared(step: RoundStepInput) -> RoundStepInput:
+    """The step as the round keeps it (``TaskState.last_round``, which side questions replay):
+    as it ran, without the opening or preparation it carried (the user's text travels once)."""
+    return step.model_copy(update={"opens": None, "prepares": None})

@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         NotifyTarget,
     )
     from errands.contracts.principals import Principal
-    from errands.contracts.rounds import OpenTaskInput
     from errands.contracts.workflows import (
         CANCEL_REQUESTED_SIGNAL,
         WAKE_SIGNAL,
@@ -62,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         log_recorded,
     )
     from workflows._log import log_event
-    from workflows._loop import RoundLoop
+    from workflows._loop import RoundLoop, task_opening
     from workflows._options import store_call
     from workflows._patches import RunPatches
     from workflows._queued import start_queued
@@ -384,20 +383,11 @@ class TaskWorkflow:
     async def _open(self, data: TaskInput) -> None:
         """The task's opening: the user's message appended once, the installed types recorded,
         round 0 prepared. Carried by round 0's first step since 0.3.0; a store call before."""
-        opening = OpenTaskInput(
-            task_id=data.task_id,
-            session_id=data.session_id,
-            text=data.text,
-            prepare_first_round=True,
-            owner=data.owner,
-            owner_role=data.owner_role,
-            queued_as=data.queued_as,
-        )
         if self._patches.records_on_steps:
-            self._loop.opening = opening
+            self.state.unopened = True
             return
         workflow.deprecate_patch(FIRST_ROUND_PREPARED_AT_OPEN)
-        opened = await store_call(SessionActivities.open_task, opening)
+        opened = await store_call(SessionActivities.open_task, task_opening(data))
         self.state.types = opened.types
         self._loop.first_round = opened.first_round
 

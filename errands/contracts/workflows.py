@@ -216,6 +216,10 @@ class TaskState(BaseModel):
     across continue-as-new); code reads them by their Python names."""
 
     types: list[SubtaskTypeInfo] = Field(default_factory=list)
+    unopened: bool = False
+    """The task's opening (its message stored, its types recorded) has yet to run: round 0's
+    first step carries it (since 0.3.0), and a run continued before one succeeded carries it
+    on. Runs before 0.3.0 opened with a store call of its own, first thing."""
     mcp_holders: list[McpHolder] = Field(default_factory=list)
     """The stateful MCP sessions of the task and its main agent, and the workers holding them:
     closed when the task ends."""
