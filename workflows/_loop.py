@@ -112,13 +112,12 @@ class RoundLoop:
             prepared = await self._prepare(round_, parked)
             self._over_quota = prepared.over_quota if prepared is not None else None
             if prepared is None or not prepared.settled:
-                upto_seq = (
-                    parked.slot.upto_seq
-                    if parked
-                    else prepared.upto_seq
-                    if prepared is not None
-                    else state.seen_upto_seq  # the round's first step finds where it ends
-                )
+                if parked is not None:
+                    upto_seq = parked.slot.upto_seq
+                elif prepared is not None:
+                    upto_seq = prepared.upto_seq
+                else:  # the round's first step finds where the session ends
+                    upto_seq = state.seen_upto_seq
                 prepares = self._preparing(round_) if prepared is None else None
                 outcome = await self._decide(decider, round_, upto_seq, parked, prepares)
                 upto_seq = max(upto_seq, state.seen_upto_seq)  # the messages its steps showed

@@ -57,8 +57,8 @@ class RunPatches:
 
         The newest patch is asked first: a run that takes it takes every older one too, and is
         not asked them. Each patch a run is asked writes a marker and an upsert of the
-        ``TemporalChangeVersion`` search attribute to its history (measured in B1: about 2 ms
-        of a task's time each)."""
+        ``TemporalChangeVersion`` search attribute to its history (measured on the benchmarks'
+        hand-written floor: about 2 ms of a task's time each)."""
         workflow.deprecate_patch(RUN_START)
         if workflow.patched(RUN_START_4):
             return RunPatches(

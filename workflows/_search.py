@@ -20,6 +20,10 @@ def session_value(session_id: str) -> str:
     return workflow.info().typed_search_attributes.get(SESSION) or session_id
 
 
+PUBLISHED = (STATE, WAITING, ROUND, COST, SESSION)
+"""The attributes a task keeps current itself."""
+
+
 class Publisher:
     """Upserts only what changed: one small history event per change, none per query."""
 
@@ -35,7 +39,7 @@ class Publisher:
         if not self._enabled:
             return
         started = workflow.info().typed_search_attributes
-        for key in (STATE, WAITING, ROUND, COST, SESSION):
+        for key in PUBLISHED:
             value = started.get(key)
             if value is not None:
                 self._last[key.name] = value
@@ -56,7 +60,7 @@ class Publisher:
         changed = {k: v for k, v in wanted.items() if self._last.get(k) != v}
         if not changed:
             return
-        keys: dict[str, Any] = {k.name: k for k in (STATE, WAITING, ROUND, COST, SESSION)}
+        keys: dict[str, Any] = {k.name: k for k in PUBLISHED}
         workflow.upsert_search_attributes(
             [keys[name].value_set(value) for name, value in changed.items()]
         )
