@@ -30,6 +30,7 @@ from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import start_task
+from tests.llama_server import LLAMA_ABORTS
 
 pytest_plugins = ["tests.mcp_notes"]  # the MCP notes servers and workers that call them
 
@@ -55,6 +56,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if wrong:
         raise pytest.UsageError("tests marked fast that need a server:\n" + "\n".join(wrong))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Say how often llama-server died on its own model's output and was restarted by the
+    recording proxy (tests/llama_server.py): an upstream bug recovered from, so a line in the
+    summary rather than a failure, but never hidden."""
+    aborts = config.stash.get(LLAMA_ABORTS, [])
+    if aborts:
+        terminalreporter.section("llama-server aborts recovered by the proxy")
+        for reason in aborts:
+            terminalreporter.write_line(reason)
 
 
 @pytest.fixture(scope="session", autouse=True)

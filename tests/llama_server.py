@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 LLAMA_CPP_PYTHON = "0.3.16"
 """The llama-cpp-python sdist whose vendored llama.cpp is built."""
 SMOLLM2 = "0.1.2"
@@ -44,6 +46,8 @@ SEED = 42
 """The same request samples the same answer."""
 REPLAYS = 2
 """How often the proxy sends a request again, with another seed, after the server aborted on it."""
+LLAMA_ABORTS = pytest.StashKey[list[str]]()
+"""Where a session keeps the server's aborts its proxy recovered from, for the run's summary."""
 
 SERVER_ARGS = (
     "--jinja",  # the model's chat template, with tools; without it tools are refused

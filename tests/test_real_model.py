@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from errands.contracts.workflows import TaskResult
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import eventually
-from tests.llama_server import Exchange, LlamaServer, RecordingProxy, llama_server
+from tests.llama_server import LLAMA_ABORTS, Exchange, LlamaServer, RecordingProxy, llama_server
 from tests.plugins import RESEARCH
 
 pytestmark = pytest.mark.real_model
@@ -59,16 +58,14 @@ def llama(tmp_session_dir: Path) -> Iterator[LlamaServer]:
 
 
 @pytest.fixture(scope="session")
-def proxy(llama: LlamaServer) -> Iterator[RecordingProxy]:
+def proxy(llama: LlamaServer, pytestconfig: pytest.Config) -> Iterator[RecordingProxy]:
+    """The recording proxy for the session. The server's own aborts it recovered from are
+    reported in the run's summary (tests/conftest.py): they are upstream bugs the proxy stands
+    in for a supervisor on, not failures of errands, so they must be seen but fail nothing."""
     recording = RecordingProxy(llama).start()
     yield recording
     recording.stop()
-    if recording.aborts:
-        warnings.warn(
-            f"llama-server aborted {len(recording.aborts)} time(s) on its own model's output and "
-            f"was restarted by the proxy: {recording.aborts}",
-            stacklevel=1,
-        )
+    pytestconfig.stash.setdefault(LLAMA_ABORTS, []).extend(recording.aborts)
 
 
 @pytest.fixture
