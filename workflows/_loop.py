@@ -255,7 +255,16 @@ class RoundLoop:
         row make a streak, and a long streak makes the next round final."""
         state, todo = self._state, to_start(decision, done)
         self._status.phase = f"round {round_}: {len(todo)} subtasks running"
-        branches = run_branches(self._data, state, round_, upto_seq, todo, done, self._branch_ended)
+        branches = run_branches(
+            self._data,
+            state,
+            round_,
+            upto_seq,
+            todo,
+            done,
+            self._branch_ended,
+            approvals_logged=self._patches.approvals_logged,
+        )
         self.interrupted = False
         running = asyncio.ensure_future(branches)
         try:

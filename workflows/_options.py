@@ -51,10 +51,6 @@ HOLDER_PICKUP = timedelta(seconds=5)
 """How long the worker holding a stateful MCP session has to take a call sent to it before it
 is presumed gone (killed, stopped) and the session opened again elsewhere."""
 
-STORE_CALLS_LOCAL = "store-calls-as-local-activities"
-"""Deprecated patch (0.2.0): session-store calls run as local activities, inside the workflow
-task that needs them, instead of a round trip through the server each."""
-
 
 ArgT = TypeVar("ArgT")
 OutT = TypeVar("OutT")
@@ -128,7 +124,6 @@ async def store_call(method: Callable[[Any, ArgT], Awaitable[OutT]], arg: ArgT) 
     """A session-store activity: short, retried with backoff, never on a model's clock. A
     cancellation surfaces as one, so the workflow ends canceled rather than failed."""
     try:
-        workflow.deprecate_patch(STORE_CALLS_LOCAL)
         return await workflow.execute_local_activity_method(
             method, arg, start_to_close_timeout=STORE_TIMEOUT, retry_policy=STORE_RETRY
         )

@@ -5,8 +5,8 @@ call is one) can be decided one way when the run executes and another when it re
 activity's result went into an earlier workflow task than the code after it ran in (a busy
 worker), the replay meets the patch's marker a workflow task later than the code asks. A patch
 asked before anything else in the run has no such past, so new patches are asked here, once,
-and kept. The patches asked elsewhere are older, and deprecated (docs/operations.md lists them
-all).
+and kept; a branch follows the task that started it (``RunPatches.of_branch``). Every patch,
+asked or retired, is listed in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from temporalio import workflow
-
-RUN_START = "asked-at-run-start-1"
-"""Release 0.1.0, deprecated in 0.2.0 (every task the support window holds took its path): a
-question put to the user and its answer are logged; a failure or cancellation of the task is
-logged; a round's branches run beside a wait for an interrupting message."""
 
 RUN_START_2 = "asked-at-run-start-2"
 """Release 0.2.0: a call that waits for the user's approval, and what became of it, are logged
@@ -59,7 +54,6 @@ class RunPatches:
         not asked them. Each patch a run is asked writes a marker and an upsert of the
         ``TemporalChangeVersion`` search attribute to its history (measured on the benchmarks'
         hand-written floor: about 2 ms of a task's time each)."""
-        workflow.deprecate_patch(RUN_START)
         if workflow.patched(RUN_START_4):
             return RunPatches(
                 approvals_logged=True, arguments_guarded=True, notices=True, records_on_steps=True
@@ -68,9 +62,14 @@ class RunPatches:
         return replace(release_2, notices=workflow.patched(RUN_START_3))
 
     @staticmethod
-    def of_branch() -> RunPatches:
-        """A branch's: only what a branch does (it logs its calls' approvals)."""
-        return RunPatches.of_release_2(workflow.patched(RUN_START_2))
+    def of_branch(decided: bool | None) -> RunPatches:
+        """A branch's: only what a branch does (it logs its calls' approvals). Since 0.3.0 the
+        task decides it for the branches it starts (``SubtaskInput.approvals_logged``): a branch
+        is started by its task's code, so it runs that code's path and asks no patch, which would
+        cost each branch a marker and a search-attribute upsert. A branch a task started before
+        0.3.0 has no decision in its input, and asks ``asked-at-run-start-2`` as it did."""
+        taken = workflow.patched(RUN_START_2) if decided is None else decided
+        return RunPatches.of_release_2(taken)
 
     @staticmethod
     def of_release_2(taken: bool) -> RunPatches:

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from errands.agent.advisor import ADVISOR_TOOL
     from errands.agent.control import Rejection
     from errands.agent.reading import READ_MESSAGE
-    from errands.agent.steps import Offer, Reading, Rules, cut_short, read_step, types_digest
+    from errands.agent.steps import Offer, Reading, Rules, read_step, types_digest
     from errands.contracts import ids
     from errands.contracts.activities import ReadMessageInput
     from errands.contracts.asking import Answer, QuestionSet
@@ -45,17 +45,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._repairs import Narration, append_exchange, narration_exchange, repair_exchange
     from workflows._round_tools import Approver, run_round_tools
     from workflows._sessions import SessionHolders
-
-NARRATION_REPAIRED = "narration-repaired-on-slot"
-"""Deprecated patch (0.2.0): a step in prose (or empty) on the last slot that could take the
-round is repaired on that slot, like a rejected call, instead of ending the round."""
-
-READ_MESSAGE_TOOL = "read-message-work-tool"
-"""Deprecated patch (0.2.0): a round's ``read_message`` call shows the stored output it names."""
-
-OUTPUT_LIMIT_REPAIRED = "output-limit-is-its-own-repair"
-"""Deprecated patch (0.2.0): a tool call the output-token limit cut off is rejected as such,
-whatever its tool, instead of being read as if complete."""
 
 
 @dataclass
@@ -188,8 +177,6 @@ class RoundDecider:
                     repair = repair_exchange(call_id, outcome)
                 if slot.repair == settings.max_repairs or state.steps >= settings.step_budget:
                     break
-                if isinstance(outcome, Narration):
-                    workflow.deprecate_patch(NARRATION_REPAIRED)
                 slot.extra = slot.extra + repair
                 slot.repair += 1
             if slot.slot_index + 1 == len(self._models):
@@ -357,12 +344,7 @@ class RoundDecider:
         rules = Rules(
             self._state.types, settings.max_subtasks, settings.max_output_tokens, self._guarded
         )
-        decision = read_step(response, offer, rules, out.catalog_size)
-        if isinstance(decision, ToolCall) and decision.name == READ_MESSAGE:
-            workflow.deprecate_patch(READ_MESSAGE_TOOL)
-        if cut_short(response):
-            workflow.deprecate_patch(OUTPUT_LIMIT_REPAIRED)
-        return decision
+        return read_step(response, offer, rules, out.catalog_size)
 
     async def _act(
         self, slot: Slot, step: RoundStepInput, out: RoundStepOutput, decision: Reading

@@ -23,10 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._failures import describe
     from workflows._options import model_retry
 
-PATHS_APART = "side-question-paths-apart"
-"""Deprecated patch (0.2.0): the preferred path and the fallback are an activity each, with a
-timeout each, so a preferred call that runs out of time leaves the fallback its whole budget."""
-
 ONE_TRY = RetryPolicy(maximum_attempts=1)
 """The preferred path is not retried: when it fails, the fallback is the retry."""
 
@@ -35,7 +31,6 @@ async def answer_side_question(data: SideQuestionInput, *, summary: str) -> Side
     """The answer to ``data``: the preferred path when it applies, else (or when it gives no
     answer) the fallback. A non-recoverable failure of the preferred path (a dead credential)
     is raised, since the fallback would meet the same."""
-    workflow.deprecate_patch(PATHS_APART)
     spent = UsageLedger()
     if data.round is not None and data.model == data.round.model:
         try:

@@ -48,14 +48,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._patches import RunPatches
     from workflows._sessions import MCP_HOLDER_SIGNAL, SessionHolders
 
-TOOL_FAILURE_STORED = "branch-tool-failure-stored-as-result"
-"""Deprecated patch (0.2.0): a tool call whose every attempt failed stores that as its result
-and the branch goes on."""
-
-ONE_ACTIVITY_PER_STEP = "branch-open-and-record-inside-steps"
-"""Deprecated patch (0.2.0): the thread is opened by the first step and the row written by the
-last, instead of two activities of their own (``open_branch`` is gone with it)."""
-
 
 @workflow.defn(name="SubtaskWorkflow")
 class SubtaskWorkflow:
@@ -95,9 +87,8 @@ class SubtaskWorkflow:
 
     async def _steps(self, data: SubtaskInput) -> SubtaskResult:
         self._task_id = data.task_id
-        self._patches = RunPatches.of_branch()
+        self._patches = RunPatches.of_branch(data.approvals_logged)
         thread_id = workflow.info().workflow_id
-        workflow.deprecate_patch(ONE_ACTIVITY_PER_STEP)
         ledger = UsageLedger()
         ledger.merge("branches", data.usage)
         ledger.merge("compaction", data.compaction)
@@ -295,7 +286,6 @@ class SubtaskWorkflow:
                 return scheduled(SessionRouting())
             return self._holders.run(server, scheduled, self._tell_task)
 
-        workflow.deprecate_patch(TOOL_FAILURE_STORED)
         outcomes = await asyncio.gather(
             *(run(i, verdicts.get(i)) for i in range(calls)), return_exceptions=True
         )

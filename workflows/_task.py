@@ -70,10 +70,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows._status import TaskStatus
     from workflows._waiting import PendingQuestion
 
-FIRST_ROUND_PREPARED_AT_OPEN = "open-task-prepares-round-0"
-"""Deprecated patch (0.2.0): opening the task also prepares round 0, one store call instead of
-two."""
-
 
 @workflow.defn(name="TaskWorkflow")
 class TaskWorkflow:
@@ -386,7 +382,6 @@ class TaskWorkflow:
         if self._patches.records_on_steps:
             self.state.unopened = True
             return
-        workflow.deprecate_patch(FIRST_ROUND_PREPARED_AT_OPEN)
         opened = await store_call(SessionActivities.open_task, task_opening(data))
         self.state.types = opened.types
         self._loop.first_round = opened.first_round
