@@ -7,8 +7,10 @@ arguments stream in. The pieces are collected as they arrive and written every
 ``FLUSH_SECONDS``, each batch once under a key of its step, attempt and number. A retried attempt
 first writes a ``superseded`` marker: frontends drop what the earlier attempts of the step wrote.
 
-The writes stay off the call's way: ``model_call_started`` is written while the request is in
-flight, and the last text with ``model_call_finished`` in one transaction.
+The writes stay off the call's way: ``model_call_started`` is written with the step's other
+store work before the request (``write_opening``, in the same trip to the store's thread) or
+while the request is in flight, and the last text with ``model_call_finished`` in one
+transaction.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class ModelCall:
         self._pending: list[str] = []
         self._batches = 0
         self._started: asyncio.Task[None] | None = None
+        """Writing the opening events while the request runs; None once ``write_opening`` did."""
+        self._opened = False
         self._flusher: asyncio.Task[None] | None = None
         self._writing = False
         self._stopping = False
@@ -151,12 +155,24 @@ class ModelCall:
         if self._pending and self._flusher is None and not self._stopping:
             self._flusher = asyncio.create_task(self._flush_every(FLUSH_SECONDS))
 
+    def write_opening(self) -> None:
+        """Write the call's opening events now, from the thread that does the step's other store
+        work before the request (blocking); ``async with`` then writes none."""
+        self.write_blocking(self._opening())
+        self._opened = True
+
     async def __aenter__(self) -> ModelCall:
+        if not self._opened:  # while the request runs
+            self._started = asyncio.create_task(
+                asyncio.to_thread(self.write_blocking, self._opening())
+            )
+        return self
+
+    def _opening(self) -> list[NewEvent]:
         opening = [self._event("started", "model_call_started")]
         if self._attempt > 1:
             opening.append(self._delta("superseded", "", superseded=True))
-        self._started = asyncio.create_task(self._write(opening))  # while the request runs
-        return self
+        return opening
 
     async def finished(self, usage: Usage) -> list[NewEvent]:
         """The call answered: its last text and ``model_call_finished``, to write with the
@@ -166,9 +182,17 @@ class ModelCall:
         usage_field = {"usage": usage.model_dump()}
         return [*self._rest(), self._event("finished", "model_call_finished", **usage_field)]
 
-    async def write(self, events: list[NewEvent]) -> None:
-        """Write ``events`` of this call (those ``finished`` returned) in one transaction."""
-        await self._write(events)
+    def write_blocking(self, events: list[NewEvent]) -> None:
+        """Write ``events`` of this call (those ``finished`` returned) in one transaction, from
+        the store's thread. A failure is logged: the log must never fail the model call."""
+        if not self._task_id or not events:
+            return
+        try:
+            self._store.append_events(events)
+        except Exception as error:  # noqa: BLE001
+            logger.warning(
+                "task %s: events of %s were not logged: %s", self._task_id, self._cause, error
+            )
 
     async def __aexit__(
         self,
@@ -180,36 +204,35 @@ class ModelCall:
             return
         cancelled = isinstance(exc, asyncio.CancelledError)
         await self._stop(cancelled=cancelled)
-        if not cancelled:
-            await self._write(self._rest())  # a failed attempt's text stays until superseded
+        if not cancelled:  # a failed attempt's text stays until superseded
+            await asyncio.to_thread(self.write_blocking, self._rest())
 
     async def _stop(self, *, cancelled: bool) -> None:
         """Stop the live text; unless cancelled, once the started event is written."""
-        assert self._started is not None
         self._stopping = True
         if self._flusher is not None:
             if cancelled or not self._writing:
                 self._flusher.cancel()  # asleep: nothing lost, the rest is written after
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
-        if not cancelled:  # cancelled: the started event's thread finishes on its own
-            await self._started
+        if not cancelled and self._started is not None:
+            await self._started  # cancelled: the started event's thread finishes on its own
 
     def _rest(self) -> list[NewEvent]:
         """The text not yet written, as one last delta."""
         return [self._delta_of_pending()] if self._pending else []
 
     async def _flush_every(self, seconds: float) -> None:
-        assert self._started is not None
-        # The text never comes before the call's start. Shielded: cancelling the flusher must
-        # not cancel the task it waits on.
-        await asyncio.shield(self._started)
+        if self._started is not None:
+            # The text never comes before the call's start. Shielded: cancelling the flusher
+            # must not cancel the task it waits on.
+            await asyncio.shield(self._started)
         while not self._stopping:
             await asyncio.sleep(seconds)
             if self._pending:
                 self._writing = True
                 try:
-                    await self._write([self._delta_of_pending()])
+                    await asyncio.to_thread(self.write_blocking, [self._delta_of_pending()])
                 finally:
                     self._writing = False
 
@@ -235,13 +258,3 @@ class ModelCall:
             attempt=self._attempt,
             **fields,
         )
-
-    async def _write(self, events: list[NewEvent]) -> None:
-        if not self._task_id or not events:
-            return
-        try:
-            await asyncio.to_thread(self._store.append_events, events)
-        except Exception as error:  # noqa: BLE001 - the log must never fail the model call
-            logger.warning(
-                "task %s: events of %s were not logged: %s", self._task_id, self._cause, error
-            )

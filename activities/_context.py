@@ -84,7 +84,8 @@ def session_view(
 ResultLimit = Callable[[int], int]
 """The most bytes one tool result may take in a request that reserves the given output tokens
 (``errands.agent.context.result_bytes`` on the request's model)."""
-Build = Callable[[int, ResultLimit], tuple[ModelRequest, int, SessionView]]
+Built = tuple[ModelRequest, int, SessionView]
+Build = Callable[[int, ResultLimit], Built]
 """Builds the request from the store as it is now, bulky outputs as previews to the level
 asked (``errands.agent.reading``) and the round's own tool results within the limit (blocking):
 the request, its catalog's size, and the view of the session it rendered."""
@@ -288,13 +289,24 @@ class Fitting:
     view: SessionView | None = None
     log: Logger | None = None
     """Hears of each summary row stored."""
+    ready: Built | None = None
+    """The first request, built by ``prepare`` with the step's other store work."""
+
+    def prepare(self) -> None:
+        """Build the first request now (blocking): a step that has other store work to do
+        before its call builds it in the same trip to the store's thread; ``fit`` takes it
+        instead of building it again."""
+        self.ready = self.build(self.previews, self.fitter.result_limit(self.model))
 
     async def fit(self) -> tuple[ModelRequest, int]:
         """The request, and its catalog's size, once it fits."""
         compact_now = self.refusals > self.compactions  # a refusal since the last compaction
         while True:
-            limit = self.fitter.result_limit(self.model)
-            request, catalog_size, view = await asyncio.to_thread(self.build, self.previews, limit)
+            built, self.ready = self.ready, None
+            if built is None:
+                limit = self.fitter.result_limit(self.model)
+                built = await asyncio.to_thread(self.build, self.previews, limit)
+            request, catalog_size, view = built
             self.request, self.view = request, view
             budget = self.fitter.budget(self.model, request, self.window)
             over = self.fitter.over(self.model, request, budget)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from temporalio import activity
 
 from activities._calls import ModelCall
-from activities._context import ContextFitter, ResultLimit, SessionView, session_view
+from activities._context import ContextFitter, Fitting, ResultLimit, SessionView, session_view
 from activities._events import branch_of, record
 from activities._heartbeats import heartbeating
 from activities._requests import round_request
@@ -100,6 +101,15 @@ def shortened_results(
     return shown, shortened
 
 
+@dataclass(frozen=True)
+class RoundTools:
+    """The task's tools a round step offers (listed and pinned for the task), and the names of
+    every work tool it offers, the main agent's own first."""
+
+    offered: list[OfferedTool] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+
 class ModelActivities:
     def __init__(
         self,
@@ -123,7 +133,19 @@ class ModelActivities:
         return await heartbeating(self._round_step(data))
 
     async def _round_step(self, data: RoundStepInput) -> RoundStepOutput:
-        before = await asyncio.to_thread(self._before_call, data)
+        call = ModelCall(
+            self._store,
+            data.task_id,
+            MAIN,
+            data.step,
+            data.model,
+            calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
+        )
+        tools = RoundTools()
+        # One trip to the store's thread before the call: the round's own store work, the
+        # request and the call's opening events. A step offering the task's tools takes two:
+        # they are listed (and pinned) in between, and the request reads the pin.
+        before, fitting = await asyncio.to_thread(self._before_call, data, call)
         if before.settled:
             # The round has its reply or acknowledgement: written by an attempt of this step
             # that died before reporting, or found by the round's preparation. No model call.
@@ -135,25 +157,28 @@ class ModelActivities:
                 prepared=before.prepared,
                 settled=True,
             )
-        return await self._round_call(before)
+        if fitting is None:
+            tools = await self._round_tools(before.step)
+            fitting = await asyncio.to_thread(self._ready_call, before.step, call)
+        return await self._round_call(before, call, fitting, tools)
 
-    def _before_call(self, data: RoundStepInput) -> BeforeStep:
+    def _before_call(
+        self, data: RoundStepInput, call: ModelCall
+    ) -> tuple[BeforeStep, Fitting | None]:
         """The round opened or prepared as the step was asked, and the user's messages it is
-        the first to show logged as delivered. Blocking."""
+        the first to show logged as delivered; unless the round is settled or the step offers
+        the task's tools, the request built and the call's opening written. Blocking."""
         before = self._rounds.before_step(data)
-        if not before.settled:
-            delivered(self._store, data.task_id, data.delivers)
-        return before
+        if before.settled:
+            return before, None
+        delivered(self._store, data.task_id, data.delivers)
+        if before.step.work_tools and before.step.final_reason is None:
+            return before, None
+        return before, self._ready_call(before.step, call)
 
-    async def _round_call(self, before: BeforeStep) -> RoundStepOutput:
-        data = before.step
-        offered: list[OfferedTool] = []
-        work_tools: list[str] = []
-        if data.work_tools and data.final_reason is None:
-            # Listed (and pinned) before the request is built: round_request reads the pin.
-            pinned = await self._pinned(data.task_id, MAIN)
-            offered = pinned.offered(MAIN) if pinned is not None else []
-            work_tools = [*self._main_tools, *(t.name for t in offered)]
+    def _ready_call(self, data: RoundStepInput, call: ModelCall) -> Fitting:
+        """The step's fitting with its first request built, and the call's opening written.
+        Blocking."""
         main_tools = list(self._main_tools.values())
         fitting = self._fitter.fitting(
             data.model,
@@ -162,20 +187,26 @@ class ModelActivities:
             ),
             log=compactions(self._store, data.task_id, MAIN),
         )
-        call = ModelCall(
-            self._store,
-            data.task_id,
-            MAIN,
-            data.step,
-            data.model,
-            calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
-        )
+        fitting.prepare()
+        call.write_opening()
+        return fitting
+
+    async def _round_tools(self, data: RoundStepInput) -> RoundTools:
+        """The task's tools the step offers: listed and pinned before its request is built."""
+        pinned = await self._pinned(data.task_id, MAIN)
+        offered = pinned.offered(MAIN) if pinned is not None else []
+        return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)])
+
+    async def _round_call(
+        self, before: BeforeStep, call: ModelCall, fitting: Fitting, tools: RoundTools
+    ) -> RoundStepOutput:
+        data = before.step
         async with call:
             response, catalog_size = await fitting.complete(self._router, call.take)
-            await call.write(await call.finished(response.usage))
+            finished = await call.finished(response.usage)
         view = fitting.pinned()
         approvals, stored = await asyncio.to_thread(
-            self._after_call, data, offered, response, catalog_size, work_tools, view
+            self._after_call, data, call, finished, tools, response, catalog_size, view
         )
         return RoundStepOutput(
             response=response,
@@ -183,7 +214,7 @@ class ModelActivities:
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
             view=view,
-            work_tools=work_tools,
+            work_tools=tools.names,
             approvals=approvals,
             types=before.types,
             prepared=before.prepared,
@@ -191,7 +222,7 @@ class ModelActivities:
             servers={
                 i: t.server
                 for i, call in enumerate(response.tool_calls)
-                for t in offered
+                for t in tools.offered
                 if t.name == call.name and t.session != "shared"
             },
         )
@@ -199,20 +230,23 @@ class ModelActivities:
     def _after_call(
         self,
         data: RoundStepInput,
-        offered: list[OfferedTool],
+        call: ModelCall,
+        finished: list[NewEvent],
+        tools: RoundTools,
         response: ModelResponse,
         catalog_size: int,
-        work_tools: list[str],
         view: RoundView,
     ) -> tuple[list[ApprovalNeed], StoredDecision | None]:
-        """The step's calls that wait for approval, and the decision it wrote. Blocking."""
+        """The call's last events written; the step's calls that wait for approval, and the
+        decision it wrote. Blocking."""
+        call.write_blocking(finished)
         approvals = approvals_needed(
-            self._store, data.session_id, offered, response.tool_calls, response.text
+            self._store, data.session_id, tools.offered, response.tool_calls, response.text
         )
         if data.writes is None:
             return approvals, None
         return approvals, self._rounds.write_decision(
-            data, response, catalog_size, work_tools, view
+            data, response, catalog_size, tools.names, view
         )
 
     @activity.defn(name="branch_step")
@@ -223,32 +257,19 @@ class ModelActivities:
         return await heartbeating(self._branch_step(data))
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
-        stored = await asyncio.to_thread(self._stored_step, data)
         pinned = await self._pinned(data.task_id, data.subtask_type)
-        if stored is not None:
-            # Written by an attempt that died before reporting: never ask the model again.
-            done = StepMeta.of(stored)
-            calls = done.tool_calls
-            if not calls and data.record is not None:
-                await asyncio.to_thread(
-                    write_branch_row, self._store, data.record, last_step=stored.text
-                )
-            return BranchStepOutput(
-                tool_calls=len(calls),
-                text_chars=len(stored.text),
-                usage=done.usage,
-                model=done.model or data.model,
-                replayed=True,
-                approvals=await self._approvals(data, pinned, calls, stored.text),
-                servers=session_servers(pinned, data.subtask_type, calls),
-            )
+        where = branch_of(data.thread_id)
+        call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
         fitting = self._fitter.fitting(
             data.model,
             lambda previews, limit: self._branch_request(data, previews, pinned, limit),
-            log=compactions(self._store, data.task_id, branch_of(data.thread_id)),
+            log=compactions(self._store, data.task_id, where),
         )
-        where = branch_of(data.thread_id)
-        call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
+        # One trip to the store's thread before the call and one after it.
+        stored = await asyncio.to_thread(self._before_branch_call, data, fitting, call)
+        if stored is not None:
+            # Written by an attempt that died before reporting: never ask the model again.
+            return await asyncio.to_thread(self._replayed, data, pinned, stored)
         async with call:
             response, _ = await fitting.complete(self._router, call.take)
             finished = await call.finished(response.usage)
@@ -265,7 +286,9 @@ class ModelActivities:
         )
         record = data.record if not response.tool_calls else None
         # The call's last events go with its step: one transaction.
-        await asyncio.to_thread(self._write_step, step, record, finished)
+        approvals = await asyncio.to_thread(
+            self._write_step, data, pinned, response, step, record, finished
+        )
         return BranchStepOutput(
             tool_calls=len(response.tool_calls),
             text_chars=len(response.text),
@@ -273,19 +296,48 @@ class ModelActivities:
             model=data.model,
             attempt=activity.info().attempt,
             compaction=fitting.spent if fitting.spent.calls else None,
-            approvals=await self._approvals(data, pinned, response.tool_calls, response.text),
+            approvals=approvals,
             servers=session_servers(pinned, data.subtask_type, response.tool_calls),
         )
 
-    async def _approvals(
+    def _before_branch_call(
+        self, data: BranchStepInput, fitting: Fitting, call: ModelCall
+    ) -> StoredMessage | None:
+        """The step an earlier attempt stored, if any; else the request built and the call's
+        opening written. Blocking."""
+        stored = self._stored_step(data)
+        if stored is None:
+            fitting.prepare()
+            call.write_opening()
+        return stored
+
+    def _replayed(
+        self, data: BranchStepInput, pinned: PinnedTools | None, stored: StoredMessage
+    ) -> BranchStepOutput:
+        """The step as an earlier attempt stored it (the branch's row written if it ends the
+        branch and the attempt died first). Blocking."""
+        done = StepMeta.of(stored)
+        calls = done.tool_calls
+        if not calls and data.record is not None:
+            write_branch_row(self._store, data.record, last_step=stored.text)
+        return BranchStepOutput(
+            tool_calls=len(calls),
+            text_chars=len(stored.text),
+            usage=done.usage,
+            model=done.model or data.model,
+            replayed=True,
+            approvals=self._approvals(data, pinned, calls, stored.text),
+            servers=session_servers(pinned, data.subtask_type, calls),
+        )
+
+    def _approvals(
         self, data: BranchStepInput, pinned: PinnedTools | None, calls: list[ToolCall], why: str
     ) -> list[ApprovalNeed]:
+        """The step's calls that wait for approval. Blocking."""
         if pinned is None or not calls:
             return []
         offered = pinned.offered(data.subtask_type)
-        return await asyncio.to_thread(
-            approvals_needed, self._store, data.session_id, offered, calls, why
-        )
+        return approvals_needed(self._store, data.session_id, offered, calls, why)
 
     def _stored_step(self, data: BranchStepInput) -> StoredMessage | None:
         """The step already stored by an earlier attempt (opening the thread first on a
@@ -346,8 +398,17 @@ class ModelActivities:
         return request, 0, SessionView(data.thread_id, view.summary, rows, shown_bytes)
 
     def _write_step(
-        self, step: NewMessage, record: RecordBranchInput | None, events: list[NewEvent]
-    ) -> None:
+        self,
+        data: BranchStepInput,
+        pinned: PinnedTools | None,
+        response: ModelResponse,
+        step: NewMessage,
+        record: RecordBranchInput | None,
+        events: list[NewEvent],
+    ) -> list[ApprovalNeed]:
+        """The step written with the call's last events (and the branch's row if it ends the
+        branch); the step's calls that wait for approval. Blocking."""
         self._store.append_once(step, events)
         if record is not None:
             write_branch_row(self._store, record, last_step=step.text)
+        return self._approvals(data, pinned, response.tool_calls, response.text)

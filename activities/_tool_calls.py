@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities._events import branch_of, preview, record
+from activities._events import branch_of, event, preview
 from activities._heartbeats import heartbeating
 from activities._mcp_sessions import ELSEWHERE
 from activities._threads import read_stored
@@ -43,11 +44,16 @@ from errands.contracts.activities import (
     RunToolOutput,
     SessionRouting,
 )
-from errands.contracts.events import named
-from errands.contracts.messages import NewMessage, ToolCall
+from errands.contracts.events import EventType, NewEvent, named
+from errands.contracts.messages import NewMessage, StoredMessage, ToolCall
 from errands.contracts.principals import Principal
 from errands.contracts.rows import StepMeta, ToolResultMeta
 from errands.contracts.text import clean, replaced_note, unstorable
+
+
+def settled_before(existing: StoredMessage) -> RunToolOutput:
+    """A call an earlier attempt settled: its stored result, and nothing run again."""
+    return RunToolOutput(ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text))
 
 
 async def pinned_for(mcp: McpTools, task_id: str, key: str) -> PinnedTools | None:
@@ -66,76 +72,66 @@ def cancel_requested() -> bool:
 
 
 class ToolEvents:
-    """The ``tool_requested`` and ``tool_finished`` events of one tool call."""
+    """The ``tool_requested`` and ``tool_finished`` (or ``tool_denied``) events of one tool call,
+    to write with the store work around it."""
 
     def __init__(
         self,
-        store: SessionStore,
         task_id: str,
         where: str,
         call_id: str,
         call: ToolCall,
         by: list[Principal] | None = None,
     ) -> None:
-        self._store, self._task_id, self._where = store, task_id, where
+        self._task_id, self._where = task_id, where
         self._call_id, self._call = call_id, call
         self._by = [named(p) for p in by or ()]
         """Who approved or denied the call, as the events name them (empty: nobody was asked,
         or an answer from before principals)."""
 
-    async def denied(self, text: str) -> None:
+    def denied(self, text: str) -> list[NewEvent]:
         """Not run: denied, not answered in time, no one to ask, cancelled or failed."""
-        await asyncio.to_thread(
-            record,
-            self._store,
-            self._task_id,
-            f"{self._call_id}:denied",
-            "tool_denied",
-            self._call_id,
-            where=self._where,
-            tool=self._call.name,
-            reason=preview(text),
-            by=self._by,
+        return self._events(
+            "denied", "tool_denied", tool=self._call.name, reason=preview(text), by=self._by
         )
 
-    async def requested(self, *, approved: bool) -> None:
-        if approved:
-            await asyncio.to_thread(
-                record,
-                self._store,
-                self._task_id,
-                f"{self._call_id}:approved",
-                "tool_approved",
-                self._call_id,
-                where=self._where,
-                tool=self._call.name,
-                by=self._by,
-            )
-        await asyncio.to_thread(
-            record,
-            self._store,
-            self._task_id,
-            f"{self._call_id}:requested",
-            "tool_requested",
-            self._call_id,
-            where=self._where,
-            tool=self._call.name,
-            arguments=preview(self._call.arguments),
+    def requested(self, *, approved: bool) -> list[NewEvent]:
+        approval = (
+            self._events("approved", "tool_approved", tool=self._call.name, by=self._by)
+            if approved
+            else []
         )
+        arguments = preview(self._call.arguments)
+        return [
+            *approval,
+            *self._events("requested", "tool_requested", tool=self._call.name, arguments=arguments),
+        ]
 
-    async def finished(self, text: str, is_error: bool) -> None:
-        await asyncio.to_thread(
-            record,
-            self._store,
-            self._task_id,
-            f"{self._call_id}:finished",
+    def finished(self, text: str, is_error: bool) -> list[NewEvent]:
+        return self._events(
+            "finished",
             "tool_finished",
-            self._call_id,
-            where=self._where,
             tool=self._call.name,
             is_error=is_error,
             chars=len(text),
         )
+
+    def _events(self, what: str, type_: EventType, **data: Any) -> list[NewEvent]:
+        if not self._task_id:  # from an older caller: nothing
+            return []
+        key = f"{self._call_id}:{what}"
+        return [event(self._task_id, key, type_, self._call_id, where=self._where, **data)]
+
+
+@dataclass(frozen=True)
+class Settling:
+    """One tool call to settle: its events, where its result is stored, and whether it runs
+    (``verdict`` None) or is refused with that text."""
+
+    events: ToolEvents
+    result: ToolResult
+    verdict: str | None
+    approved: bool
 
 
 @dataclass(frozen=True)
@@ -212,61 +208,68 @@ class ToolActivities:
 
     async def _run_branch_tool(self, data: RunToolInput) -> RunToolOutput:
         result_id = ids.thread_tool_result_id(data.thread_id, data.step, data.call_index)
-        existing = await asyncio.to_thread(self._store.get, result_id)
-        if existing is not None:
-            return RunToolOutput(
-                ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text)
+
+        def found() -> RunToolOutput | Settling:
+            existing = self._store.get(result_id)
+            if existing is not None:
+                return settled_before(existing)
+            step = self._store.get(ids.thread_step_id(data.thread_id, data.step))
+            if step is None:
+                raise ApplicationError(
+                    f"step {data.step} of {data.thread_id} is missing",
+                    type="internal",
+                    non_retryable=True,
+                )
+            call = StepMeta.of(step).tool_calls[data.call_index]
+            where = branch_of(data.thread_id)
+            return Settling(
+                ToolEvents(data.task_id, where, result_id, call, data.by),
+                ToolResult(result_id, data.thread_id, call),
+                data.verdict,
+                data.approved,
             )
-        step = await asyncio.to_thread(
-            self._store.get, ids.thread_step_id(data.thread_id, data.step)
-        )
-        if step is None:
-            raise ApplicationError(
-                f"step {data.step} of {data.thread_id} is missing",
-                type="internal",
-                non_retryable=True,
-            )
-        call = StepMeta.of(step).tool_calls[data.call_index]
-        return await self._settle(
-            ToolEvents(
-                self._store, data.task_id, branch_of(data.thread_id), result_id, call, data.by
-            ),
-            ToolResult(result_id, data.thread_id, call),
-            data.verdict,
-            data.approved,
-            lambda: self._run_tool(data, call, result_id),
-        )
+
+        return await self._settle(found, lambda s: self._run_tool(data, s.result.call, result_id))
 
     async def _settle(
         self,
-        events: ToolEvents,
-        result: ToolResult,
-        verdict: str | None,
-        approved: bool,
-        run: Callable[[], Awaitable[Ran]],
+        found: Callable[[], RunToolOutput | Settling],
+        run: Callable[[Settling], Awaitable[Ran]],
     ) -> RunToolOutput:
-        """Run one tool call (with a ``verdict``, only say why it is not run), store its result
-        once and log it. Cancelled with the call open, at the workflow's request, the call gets
-        a "cancelled" result, so no stored thread holds a call without one."""
-        holder = None
+        """Run one tool call (with a verdict, only say why it is not run), store its result
+        once and log it: one trip to the store's thread before the run (``found``: what an
+        earlier attempt stored, else the call to settle, and its request logged) and one after
+        (the result and its last event, in one transaction). Cancelled with the call open, at
+        the workflow's request, the call gets a "cancelled" result, so no stored thread holds a
+        call without one."""
+        settling = await asyncio.to_thread(self._found, found)
+        if isinstance(settling, RunToolOutput):
+            return settling
+        events, result, holder = settling.events, settling.result, None
         try:
-            if verdict is not None:
-                text, is_error = verdict, True  # not run: denied, unanswered or cancelled
-                await events.denied(text)
+            if settling.verdict is not None:
+                text, is_error = settling.verdict, True  # not run: denied, unanswered, cancelled
+                last = events.denied(text)
             else:
-                await events.requested(approved=approved)  # written once, however often asked
-                ran = await run()
+                ran = await run(settling)
                 text, is_error, holder = ran.text, ran.is_error, ran.holder
                 text = reading.capped_result(text, self._result_max_bytes)
+                last = events.finished(text, is_error)
         except asyncio.CancelledError:
             if cancel_requested():
                 cancelled = result.message(prompts.TOOL_CANCELLED, True)
                 await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
             raise
-        await asyncio.to_thread(self._store.append_once, result.message(text, is_error))
-        if verdict is None:
-            await events.finished(text, is_error)
+        await asyncio.to_thread(self._store.append_once, result.message(text, is_error), last)
         return RunToolOutput(ok=not is_error, chars=len(text), holder=holder)
+
+    def _found(self, found: Callable[[], RunToolOutput | Settling]) -> RunToolOutput | Settling:
+        """``found``, and the request of a call that runs logged, written once however often
+        asked. Blocking."""
+        settling = found()
+        if isinstance(settling, Settling) and settling.verdict is None:
+            self._store.append_events(settling.events.requested(approved=settling.approved))
+        return settling
 
     async def _run_tool(self, data: RunToolInput, call: ToolCall, key: str) -> Ran:
         """The text the model reads for ``call``, and whether it is an error. Raises (for
@@ -347,18 +350,20 @@ class ToolActivities:
         return await heartbeating(self._run_round_tool(data))
 
     async def _run_round_tool(self, data: RunRoundToolInput) -> RunToolOutput:
-        existing = await asyncio.to_thread(self._store.get, data.result_id)
-        if existing is not None:
-            return RunToolOutput(
-                ok=not ToolResultMeta.of(existing).is_error, chars=len(existing.text)
+        def found() -> RunToolOutput | Settling:
+            existing = self._store.get(data.result_id)
+            if existing is not None:
+                return settled_before(existing)
+            return Settling(
+                ToolEvents(data.task_id, MAIN, data.result_id, data.call, data.by),
+                ToolResult(
+                    data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id
+                ),
+                data.verdict,
+                data.approved,
             )
-        return await self._settle(
-            ToolEvents(self._store, data.task_id, MAIN, data.result_id, data.call, data.by),
-            ToolResult(data.result_id, ids.reads_session_id(data.task_id), data.call, data.task_id),
-            data.verdict,
-            data.approved,
-            lambda: self._round_tool(data),
-        )
+
+        return await self._settle(found, lambda _: self._round_tool(data))
 
     async def _round_tool(self, data: RunRoundToolInput) -> Ran:
         python = self._main_tools.get(data.call.name)
