@@ -148,9 +148,11 @@ class ModelActivities:
         before, fitting = await asyncio.to_thread(self._before_call, data, call)
         if before.settled:
             # The round has its reply or acknowledgement: written by an attempt of this step
-            # that died before reporting, or found by the round's preparation. No model call.
+            # that died before reporting (what its call spent is read back with it), or found
+            # by the round's preparation. No model call.
+            spent = before.prepared.spent if before.prepared is not None else None
             return RoundStepOutput(
-                response=ModelResponse(),
+                response=ModelResponse(usage=spent) if spent is not None else ModelResponse(),
                 catalog_size=0,
                 attempt=activity.info().attempt,
                 types=before.types,

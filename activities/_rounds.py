@@ -22,7 +22,7 @@ from errands.agent.subtask_types import SubtaskType
 from errands.contracts import ids
 from errands.contracts.activities import OpenBranchInput
 from errands.contracts.events import NewEvent
-from errands.contracts.messages import ModelResponse, NewMessage
+from errands.contracts.messages import ModelResponse, NewMessage, Usage
 from errands.contracts.rounds import (
     AppendAckInput,
     BranchOutcome,
@@ -32,9 +32,10 @@ from errands.contracts.rounds import (
     RoundState,
     RoundStepInput,
     RoundView,
+    StepSpent,
     StoredDecision,
 )
-from errands.contracts.rows import AckMeta, BranchMeta, ReplyMeta
+from errands.contracts.rows import AckMeta, BranchMeta, ReplyMeta, WrittenByStep
 from errands.contracts.subtasks import DelegateDecision, ReplyDecision, SubtaskTypeInfo
 from errands.settings import Settings
 
@@ -74,7 +75,9 @@ class RoundRecords:
 
     # -- one store call each (runs before 0.3.0, and the rare paths since) ------------------
 
-    def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
+    def open_task(self, data: OpenTaskInput, step: int | None = None) -> OpenTaskOutput:
+        """The task opened once, and round 0 prepared if asked; ``step``: the round step
+        opening it (as for ``prepare``)."""
         if data.owner is not None:
             # Also for a task no errands.Client started (queued by its task, another program):
             # its owner's quotas count it, once (a client may have recorded it already, or,
@@ -118,19 +121,22 @@ class RoundRecords:
                     round=0,
                     owner=data.owner,
                     owner_role=data.owner_role,
-                )
+                ),
+                step,
             )
         return OpenTaskOutput(types=self._types, first_round=first_round)
 
-    def prepare(self, data: PrepareRoundInput) -> RoundState:
-        """What the store already holds for the round, and whether its owner may still spend."""
+    def prepare(self, data: PrepareRoundInput, step: int | None = None) -> RoundState:
+        """What the store already holds for the round, and whether its owner may still spend.
+        ``step``: the round step preparing it, which takes what it spent if it wrote the reply
+        or acknowledgement found (a retry of that step: ``RoundState.spent``)."""
         state = RoundState(upto_seq=self._store.last_seq(data.session_id))
-        if self._reply_found(data.task_id, state):
+        if self._reply_found(data.task_id, state, step):
             return state
         key = f"round:{data.round}"
         record(self._store, data.task_id, key, "round_started", key, round=data.round)
         state.over_quota = self._cost.over(self._store, data.owner, data.owner_role)
-        self._ack_found(data.task_id, data.session_id, data.round, state)
+        self._ack_found(data.task_id, data.session_id, data.round, state, step)
         return state
 
     def append_ack(self, data: AppendAckInput) -> str:
@@ -143,7 +149,12 @@ class RoundRecords:
                 text=data.reply,
                 task_id=data.task_id,
                 round=data.round,
-                meta=AckMeta(upto_seq=data.upto_seq, subtasks=data.subtasks).stored(),
+                meta=AckMeta(
+                    upto_seq=data.upto_seq,
+                    subtasks=data.subtasks,
+                    step=data.written_by.step if data.written_by else None,
+                    usage=data.written_by.usage if data.written_by else None,
+                ).stored(),
             ),
             [
                 event(
@@ -177,8 +188,16 @@ class RoundRecords:
         )
         return row.text
 
-    def append_reply(self, task_id: str, session_id: str, text: str) -> str:
-        """The task's reply, once; the text as stored (the first write's)."""
+    def append_reply(
+        self, task_id: str, session_id: str, text: str, written_by: StepSpent | None = None
+    ) -> str:
+        """The task's reply, once; the text as stored (the first write's). ``written_by``: the
+        round step writing it (None: the workflow)."""
+        meta = (
+            ReplyMeta(step=written_by.step, usage=written_by.usage).stored()
+            if written_by is not None
+            else {}
+        )
         row = self._store.append_once(
             NewMessage(
                 id=ids.reply_message_id(task_id),
@@ -187,6 +206,7 @@ class RoundRecords:
                 kind="reply",
                 text=text,
                 task_id=task_id,
+                meta=meta,
             ),
             [replied(task_id, "model", text)],
         )
@@ -199,14 +219,14 @@ class RoundRecords:
         decision first looks for one an earlier attempt wrote."""
         types = None
         if data.opens is not None:
-            opened = self.open_task(data.opens)
+            opened = self.open_task(data.opens, data.step)
             prepared, types = opened.first_round, opened.types
         elif data.prepares is not None:
-            prepared = self.prepare(data.prepares)
+            prepared = self.prepare(data.prepares, data.step)
         elif data.writes is not None:
             prepared = RoundState(upto_seq=data.upto_seq)
-            found = self._reply_found(data.task_id, prepared) or self._ack_found(
-                data.task_id, data.session_id, data.round, prepared
+            found = self._reply_found(data.task_id, prepared, data.step) or self._ack_found(
+                data.task_id, data.session_id, data.round, prepared, data.step
             )
             if not found:
                 prepared = None
@@ -253,6 +273,7 @@ class RoundRecords:
         )
         rules = Rules(self._types, data.max_subtasks, data.max_output_tokens, writes.guarded)
         decision = read_step(response, offer, rules, catalog_size)
+        written_by = StepSpent(step=data.step, usage=response.usage)
         if isinstance(decision, DelegateDecision):
             count = len(decision.subtasks)
             ack = AppendAckInput(
@@ -267,17 +288,19 @@ class RoundRecords:
                     for k in range(1, count + 1)
                 ],
                 view=view,
+                written_by=written_by,
             )
             return StoredDecision(kind="ack", text=self.append_ack(ack))
         if isinstance(decision, ReplyDecision) and not self._written_since(data):
-            text = self.append_reply(data.task_id, data.session_id, decision.text)
+            text = self.append_reply(data.task_id, data.session_id, decision.text, written_by)
             return StoredDecision(kind="reply", text=text)
         return None
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _reply_found(self, task_id: str, state: RoundState) -> bool:
-        """Fill ``state`` with the task's reply, when stored; whether it was."""
+    def _reply_found(self, task_id: str, state: RoundState, step: int | None = None) -> bool:
+        """Fill ``state`` with the task's reply, when stored; whether it was. ``step``: the
+        round step looking, which takes what it spent if it wrote the reply itself."""
         reply = self._store.get(ids.reply_message_id(task_id))
         if reply is None:
             return False
@@ -285,11 +308,14 @@ class RoundRecords:
         joined = ReplyMeta.of(reply)
         if joined.deterministic_join:
             state.join_reason = joined.reason or "no model could answer"
+        state.spent = _spent_by(joined, step)
         return True
 
-    def _ack_found(self, task_id: str, session_id: str, round_: int, state: RoundState) -> bool:
+    def _ack_found(
+        self, task_id: str, session_id: str, round_: int, state: RoundState, step: int | None = None
+    ) -> bool:
         """Fill ``state`` with the round's acknowledgement and its branches' outcomes, when
-        stored; whether it was."""
+        stored; whether it was. ``step``: as for ``_reply_found``."""
         store = self._store
         ack = store.get(ids.ack_message_id(task_id, round_))
         if ack is None:
@@ -297,6 +323,7 @@ class RoundRecords:
         state.ack = ack.text
         acked = AckMeta.of(ack)
         state.ack_subtasks, state.ack_upto_seq = acked.subtasks, acked.upto_seq
+        state.spent = _spent_by(acked, step)
         prefix = ids.branch_rows_prefix(task_id, round_)
         state.branches = [
             BranchOutcome(
@@ -314,6 +341,11 @@ class RoundRecords:
         """Whether the user sent the task a message the step's view ends before."""
         later = self._store.list_session(data.session_id, after_seq=data.upto_seq)
         return any(row.kind == "user" and row.task_id == data.task_id for row in later)
+
+
+def _spent_by(row: WrittenByStep, step: int | None) -> Usage | None:
+    """What the row's writer spent, when ``step`` wrote it."""
+    return row.usage if step is not None and row.step == step else None
 
 
 def _as_prepared(data: RoundStepInput, found: RoundState) -> RoundStepInput:

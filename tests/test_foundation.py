@@ -252,9 +252,14 @@ async def test_round_steps_retried_after_their_writes_landed_leave_each_message_
         (f"task:{result.task_id}:round:0:ack", "Working on it."),
         (f"task:{result.task_id}:reply", "exactly once"),
     ]
-    # Two attempts a round, the first's call lost with it.
+    # Two attempts a round: the first made the round's one call and died after its writes,
+    # which carry what the call spent; the retry charges it, as the event log counts it.
     rounds = result.usage.parts["rounds"]["openai:gpt-test"]
-    assert (rounds.calls, rounds.failed_calls) == (2, 2)
+    assert (rounds.calls, rounds.failed_calls) == (2, 0)
+    served = [r.reported_usage for r in convo.main_requests]
+    assert all(u is not None and u.input_tokens > 0 for u in served)
+    assert rounds.input_tokens == sum(u.input_tokens for u in served if u is not None)
+    assert rounds.output_tokens == sum(u.output_tokens for u in served if u is not None)
     await keep_history(client, handle.id, "round_steps_retried_after_their_writes")
 
 

@@ -14,7 +14,7 @@ from errands.adapters.store import SessionStore, open_store
 from errands.agent.steps import types_digest
 from errands.agent.subtask_types import GENERAL, SubtaskType
 from errands.contracts import ids
-from errands.contracts.messages import ModelResponse, NewMessage, ToolCall
+from errands.contracts.messages import ModelResponse, NewMessage, ToolCall, Usage
 from errands.contracts.rounds import OpenTaskInput, RoundStepInput, StepWrites
 
 pytestmark = pytest.mark.fast
@@ -122,3 +122,20 @@ def test_a_retried_step_finds_the_decision_an_earlier_attempt_wrote(
     assert stored is not None and stored.kind == "reply"
     again = records.before_step(step.model_copy(update={"opens": None}))
     assert again.settled and again.prepared is not None and again.prepared.reply == "done"
+
+
+def test_a_retry_of_the_step_that_wrote_reads_back_what_its_call_spent(
+    records_store: SessionStore,
+) -> None:
+    """The attempt that called the model died after its writes: its retry charges the call's
+    usage (the ledger then agrees with the event log); any other step finds none to charge."""
+    records = RoundRecords(records_store, TYPES)
+    step = opened_step(records, "t6").model_copy(update={"step": 4})
+    decided = call("delegate", reply="On it.", subtasks=[{"type": "general", "prompt": "look"}])
+    decided.usage = Usage(input_tokens=120, output_tokens=30)
+    assert records.write_decision(step, decided, 1, [], None) is not None
+    retry = records.before_step(step.model_copy(update={"opens": None}))
+    assert retry.settled and retry.prepared is not None
+    assert retry.prepared.spent == Usage(input_tokens=120, output_tokens=30)
+    other = records.before_step(step.model_copy(update={"opens": None, "step": 5}))
+    assert other.settled and other.prepared is not None and other.prepared.spent is None

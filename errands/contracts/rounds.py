@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from errands.contracts.approvals import ApprovalNeed
-from errands.contracts.messages import Message, ModelResponse, ModelUsage
+from errands.contracts.messages import Message, ModelResponse, ModelUsage, Usage
 from errands.contracts.subtasks import SubtaskDraft, SubtaskTypeInfo
 
 
@@ -45,6 +45,9 @@ class RoundState(BaseModel):
     over_quota: str | None = None
     """Set when the task's owner has passed their daily cost quota (``ERRANDS_QUOTAS``): why,
     in words the model and the user read. The round is then the task's final one."""
+    spent: Usage | None = None
+    """Found by a retry of the round step that wrote the reply or acknowledgement: what that
+    step's model call spent (``WrittenByStep.usage``), for the ledger."""
 
     @property
     def settled(self) -> bool:
@@ -178,6 +181,15 @@ class AppendAckInput(BaseModel):
     """The subtasks' thread ids, in order: their threads are opened with the acknowledgement."""
     view: RoundView | None = None
     """The delegating step's view, against which the subtasks' references are resolved."""
+    written_by: StepSpent | None = None
+    """The round step writing it, and what its model call spent (None: the workflow)."""
+
+
+class StepSpent(BaseModel):
+    """A round step that writes its decision, and what its model call spent."""
+
+    step: int
+    usage: Usage
 
 
 class AppendReplyInput(BaseModel):

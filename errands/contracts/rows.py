@@ -46,13 +46,24 @@ class UserMeta(RowMeta):
     """How a message sent to a running task is delivered; absent on a task's own request."""
 
 
-class AckMeta(RowMeta):
+class WrittenByStep(RowMeta):
+    """A round's decision row (its acknowledgement or the task's reply), which a round step
+    writes itself since 0.3.0 (``activities._rounds.RoundRecords.write_decision``)."""
+
+    step: int | None = None
+    """The round step that wrote it; None when the workflow did."""
+    usage: Usage | None = None
+    """What that step's model call spent: a retry of the step that finds the row charges it
+    to the ledger, the attempt that made the call having died before it reported."""
+
+
+class AckMeta(WrittenByStep):
     upto_seq: int | None = None
     """The session position the delegating round rendered up to."""
     subtasks: list[SubtaskDraft] = Field(default_factory=list)
 
 
-class ReplyMeta(RowMeta):
+class ReplyMeta(WrittenByStep):
     deterministic_join: bool = False
     """The reply was joined from the branches' outputs: no model could answer."""
     reason: str | None = None
