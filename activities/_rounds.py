@@ -271,7 +271,7 @@ class RoundRecords:
             follow_up=data.work_tools,
             work_tools=tuple(work_tools),
         )
-        rules = Rules(self._types, data.max_subtasks, data.max_output_tokens, writes.guarded)
+        rules = Rules(self._types, data.max_subtasks, data.max_output_tokens)
         decision = read_step(response, offer, rules, catalog_size)
         written_by = StepSpent(step=data.step, usage=response.usage)
         if isinstance(decision, DelegateDecision):

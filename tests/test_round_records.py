@@ -45,7 +45,7 @@ def opened_step(records: RoundRecords, task: str, digest: str | None = None) -> 
         opens=OpenTaskInput(
             task_id=task, session_id=f"s-{task}", text="hi", prepare_first_round=True
         ),
-        writes=StepWrites(types_digest=digest, guarded=True, workflow_id=task),
+        writes=StepWrites(types_digest=digest, workflow_id=task),
     )
     return records.before_step(step).step
 
@@ -72,7 +72,7 @@ def test_a_worker_whose_types_are_not_the_tasks_writes_nothing(records_store: Se
     step = opened_step(records, "t2").model_copy(
         update={
             "opens": None,
-            "writes": StepWrites(types_digest=theirs, guarded=True, workflow_id="t2"),
+            "writes": StepWrites(types_digest=theirs, workflow_id="t2"),
         }
     )
     decided = call("delegate", reply="On it.", subtasks=[{"type": "general", "prompt": "look"}])

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 async def consult_advisor(
-    data: TaskInput, state: TaskState, step: RoundStepInput, call: ToolCall, *, guarded: bool = True
+    data: TaskInput, state: TaskState, step: RoundStepInput, call: ToolCall
 ) -> str:
     """The advisor's tool result for ``call``, made in ``step``; its usage and uses are charged
     to ``state``. Over the limit no model is called; a failed or empty consultation does not use
@@ -29,7 +29,7 @@ async def consult_advisor(
     model = data.advisor_model or data.model
     if state.advisor_uses >= settings.advisor_limit:
         result = limit_reached_result(model, limit=settings.advisor_limit)
-    elif (mistake := refused(call.arguments, guarded=guarded)) is not None:
+    elif (mistake := refused(call.arguments)) is not None:
         result = error_result(model, mistake, uses=state.advisor_uses, limit=settings.advisor_limit)
     else:
         try:
@@ -37,7 +37,7 @@ async def consult_advisor(
                 ConsultActivities.consult_advisor,
                 AdvisorInput(
                     round=step,
-                    question=parse_question(call.arguments, guarded=guarded),
+                    question=parse_question(call.arguments),
                     model=model,
                     uses=state.advisor_uses,
                     limit=settings.advisor_limit,

@@ -35,14 +35,14 @@ with workflow.unsafe.imports_passed_through():
 
 
 async def ask(
-    data: TaskInput, state: TaskState, slot: Slot, call: ToolCall, *, guarded: bool = True
+    data: TaskInput, state: TaskState, slot: Slot, call: ToolCall
 ) -> Rejection | QuestionSet | None:
     """The questions put to the user (the slot now holds them and waits), or None when they
     were answered from memory or headlessly and the slot carries on. A bad call comes back to
     be repaired."""
     state.asks += 1
     try:
-        questions = parse_ask_user(call, set_id=f"{data.task_id}-q{state.asks}", guarded=guarded)
+        questions = parse_ask_user(call, set_id=f"{data.task_id}-q{state.asks}")
         recalled = await store_call(
             SessionActivities.recall_decisions, SessionRef(session_id=data.session_id)
         )

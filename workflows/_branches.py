@@ -42,19 +42,13 @@ async def run_branches(
     todo: list[tuple[int, SubtaskDraft]],
     done: dict[int, BranchOutcome],
     ended: Callable[[str], None] = lambda thread: None,
-    *,
-    approvals_logged: bool,
 ) -> list[BranchOutcome]:
     """Run ``todo`` beside the branches already ``done``; every outcome, in ordinal order. The
     children's usage is charged to ``state.ledger``; ``ended`` hears of each branch (by its
-    workflow id) as it ends, however it ends. ``approvals_logged``: the task's
-    (``RunPatches``), which its branches follow."""
+    workflow id) as it ends, however it ends."""
     # Started together: one workflow task emits every child's start command.
     started = await asyncio.gather(
-        *(
-            _branch(data, state, round_, upto_seq, k, d, ended, approvals_logged=approvals_logged)
-            for k, d in todo
-        )
+        *(_branch(data, state, round_, upto_seq, k, d, ended) for k, d in todo)
     )
     return sorted([*done.values(), *started], key=lambda b: b.ordinal)
 
@@ -67,26 +61,15 @@ async def _branch(
     ordinal: int,
     draft: SubtaskDraft,
     ended: Callable[[str], None],
-    *,
-    approvals_logged: bool,
 ) -> BranchOutcome:
     try:
-        return await _run_branch(
-            data, state, round_, upto_seq, ordinal, draft, approvals_logged=approvals_logged
-        )
+        return await _run_branch(data, state, round_, upto_seq, ordinal, draft)
     finally:
         ended(thread_id(round_, ordinal))
 
 
 async def _run_branch(
-    data: TaskInput,
-    state: TaskState,
-    round_: int,
-    upto_seq: int,
-    ordinal: int,
-    draft: SubtaskDraft,
-    *,
-    approvals_logged: bool,
+    data: TaskInput, state: TaskState, round_: int, upto_seq: int, ordinal: int, draft: SubtaskDraft
 ) -> BranchOutcome:
     type_info = next(t for t in state.types if t.key == draft.type)
     try:
@@ -106,7 +89,7 @@ async def _run_branch(
                 model=type_info.model or data.model,
                 settings=data.settings,
                 headless=data.headless,
-                approvals_logged=approvals_logged,
+                asks_no_patch=True,
             ),
             id=thread_id(round_, ordinal),
             static_summary=f"round {round_} · subtask {ordinal} · {draft.type}",

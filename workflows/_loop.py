@@ -80,7 +80,7 @@ class RoundLoop:
     ) -> None:
         self._data, self._state, self._status = data, state, status
         self._question, self._approvals = question, approvals
-        self._patches = RunPatches.none()
+        self._patches = RunPatches()
         self.first_round: RoundState | None = None
         """Round 0 as prepared by the call that opened the task."""
         self.interrupted = False
@@ -96,7 +96,6 @@ class RoundLoop:
             self._data,
             state,
             self.approve,
-            guarded=patches.arguments_guarded,
             writes=patches.records_on_steps,
         )
         decider.opening = task_opening(self._data) if state.unopened else None
@@ -255,16 +254,7 @@ class RoundLoop:
         row make a streak, and a long streak makes the next round final."""
         state, todo = self._state, to_start(decision, done)
         self._status.phase = f"round {round_}: {len(todo)} subtasks running"
-        branches = run_branches(
-            self._data,
-            state,
-            round_,
-            upto_seq,
-            todo,
-            done,
-            self._branch_ended,
-            approvals_logged=self._patches.approvals_logged,
-        )
+        branches = run_branches(self._data, state, round_, upto_seq, todo, done, self._branch_ended)
         self.interrupted = False
         running = asyncio.ensure_future(branches)
         try:
@@ -317,29 +307,24 @@ class RoundLoop:
         if need.refusal is not None:  # too large to show a person: nobody is asked
             return need.refusal, []
         task_id, hours = self._data.task_id, self._data.settings.ask_timeout_hours
-        logged = self._patches.approvals_logged
         if self._data.headless:
-            if logged:
-                own = workflow.info().workflow_id
-                await log_answered(task_id, ids.approval_id(own, step, need.index), "headless")
+            own = workflow.info().workflow_id
+            await log_answered(task_id, ids.approval_id(own, step, need.index), "headless")
             return approvals.headless(need.tool), []
         request = request_for(need, step, "main", hours)
         try:
-            if logged:
-                await log_requested(task_id, request)
+            await log_requested(task_id, request)
             self._approvals.add(request)
             self.show_approvals()
             verdict = await self._approvals.verdicts.wait(request, hours)
         except asyncio.CancelledError:
-            if logged:
-                await log_answered(task_id, request.approval_id, "cancelled")
+            await log_answered(task_id, request.approval_id, "cancelled")
             raise
         finally:  # answered, timed out or canceled: it waits no more
             self._approvals.drop(request.approval_id)
             self.show_approvals()
         if verdict is None:
-            if logged:
-                await log_answered(task_id, request.approval_id, "timed_out")
+            await log_answered(task_id, request.approval_id, "timed_out")
             return approvals.timed_out(need.tool, hours), []
         return verdict.denial, verdict.by
 

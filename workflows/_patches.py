@@ -11,16 +11,18 @@ asked or retired, is listed in docs/operations.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from temporalio import workflow
 
+with workflow.unsafe.imports_passed_through():
+    from errands.contracts.workflows import SubtaskInput
+
 RUN_START_2 = "asked-at-run-start-2"
-"""Release 0.2.0: a call that waits for the user's approval, and what became of it, are logged
-(approval_requested, approval_answered), by the task and by its branches; the workflow reads a
-control or advisor call's arguments under the size and depth guards of
-``errands.agent.arguments`` (a 0.1.0 run read whatever it was given, and replays so). A change
-asked at the start later gets ``asked-at-run-start-3``."""
+"""Release 0.2.0, deprecated in 0.3.0 (every task the support window holds took its path): a
+call that waits for the user's approval, and what became of it, are logged, by the task and by
+its branches; the workflow reads a control or advisor call's arguments under the size and depth
+guards of ``errands.agent.arguments``."""
 
 
 RUN_START_3 = "asked-at-run-start-3"
@@ -41,8 +43,9 @@ gets ``asked-at-run-start-5``, asked before this one (``RunPatches.at_start``)."
 
 @dataclass(frozen=True)
 class RunPatches:
-    approvals_logged: bool
-    arguments_guarded: bool
+    asked: bool = False
+    """Whether the run has asked them yet (``at_start``): a handler that runs before, in a
+    continued run's first moments, logs nothing rather than ask a patch out of turn."""
     notices: bool = False
     records_on_steps: bool = False
 
@@ -55,27 +58,15 @@ class RunPatches:
         ``TemporalChangeVersion`` search attribute to its history (measured on the benchmarks'
         hand-written floor: about 2 ms of a task's time each)."""
         if workflow.patched(RUN_START_4):
-            return RunPatches(
-                approvals_logged=True, arguments_guarded=True, notices=True, records_on_steps=True
-            )
-        release_2 = RunPatches.of_release_2(workflow.patched(RUN_START_2))
-        return replace(release_2, notices=workflow.patched(RUN_START_3))
+            return RunPatches(asked=True, notices=True, records_on_steps=True)
+        workflow.deprecate_patch(RUN_START_2)
+        return RunPatches(asked=True, notices=workflow.patched(RUN_START_3))
 
     @staticmethod
-    def of_branch(decided: bool | None) -> RunPatches:
-        """A branch's: only what a branch does (it logs its calls' approvals). Since 0.3.0 the
-        task decides it for the branches it starts (``SubtaskInput.approvals_logged``): a branch
-        is started by its task's code, so it runs that code's path and asks no patch, which would
-        cost each branch a marker and a search-attribute upsert. A branch a task started before
-        0.3.0 has no decision in its input, and asks ``asked-at-run-start-2`` as it did."""
-        taken = workflow.patched(RUN_START_2) if decided is None else decided
-        return RunPatches.of_release_2(taken)
-
-    @staticmethod
-    def of_release_2(taken: bool) -> RunPatches:
-        return RunPatches(approvals_logged=taken, arguments_guarded=taken)
-
-    @staticmethod
-    def none() -> RunPatches:
-        """Before a run has asked."""
-        return RunPatches(approvals_logged=False, arguments_guarded=False)
+    def of_branch(data: SubtaskInput) -> None:
+        """A branch asks no patch since 0.3.0: the task that starts it runs the same code, so
+        the branch runs that code's path (``SubtaskInput.asks_no_patch``), and saves the marker
+        and search-attribute upsert a patch writes. A branch a task started before 0.3.0 asks
+        the patch it asked then, which its history carries."""
+        if not data.asks_no_patch:
+            workflow.deprecate_patch(RUN_START_2)

@@ -95,15 +95,11 @@ class RoundDecider:
         state: TaskState,
         approve: Approver | None = None,
         *,
-        guarded: bool = True,
         writes: bool = False,
     ) -> None:
         self._data = data
         self._state = state
         self._approve = approve
-        self._guarded = guarded
-        """Whether control and advisor arguments are read under the guards (a run since 0.2.0:
-        ``RunPatches.arguments_guarded``)."""
         self._writes = writes
         """Whether the deciding step writes the acknowledgement or the reply (a run since
         0.3.0: ``RunPatches.records_on_steps``)."""
@@ -310,7 +306,6 @@ class RoundDecider:
         types the task recorded."""
         return StepWrites(
             types_digest=None if opens is not None else types_digest(self._state.types),
-            guarded=self._guarded,
             workflow_id=workflow.info().workflow_id,
         )
 
@@ -344,9 +339,7 @@ class RoundDecider:
             follow_up=step.work_tools,
             work_tools=tuple(out.work_tools),
         )
-        rules = Rules(
-            self._state.types, settings.max_subtasks, settings.max_output_tokens, self._guarded
-        )
+        rules = Rules(self._state.types, settings.max_subtasks, settings.max_output_tokens)
         return read_step(response, offer, rules, out.catalog_size)
 
     async def _act(
@@ -378,7 +371,7 @@ class RoundDecider:
     # -- one method per outcome of a step ---------------------------------------------------
 
     async def _advise(self, slot: Slot, step: RoundStepInput, call: ToolCall) -> None:
-        result = await consult_advisor(self._data, self._state, step, call, guarded=self._guarded)
+        result = await consult_advisor(self._data, self._state, step, call)
         append_exchange(slot, call, ADVISOR_TOOL, result)
 
     async def _read(self, slot: Slot, call: ToolCall) -> None:
@@ -410,7 +403,7 @@ class RoundDecider:
 
     async def _ask(self, slot: Slot, call: ToolCall) -> Rejection | Waiting | None:
         """Put a question to the user (the slot then waits), or carry on with it answered."""
-        asked = await ask(self._data, self._state, slot, call, guarded=self._guarded)
+        asked = await ask(self._data, self._state, slot, call)
         return Waiting(slot) if isinstance(asked, QuestionSet) else asked
 
     @staticmethod

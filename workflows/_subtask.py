@@ -53,7 +53,6 @@ with workflow.unsafe.imports_passed_through():
 class SubtaskWorkflow:
     def __init__(self) -> None:
         self._verdicts = Verdicts()
-        self._patches = RunPatches.none()  # asked as the run starts
         self._holders = SessionHolders([])
         self._task_id = ""
 
@@ -87,7 +86,7 @@ class SubtaskWorkflow:
 
     async def _steps(self, data: SubtaskInput) -> SubtaskResult:
         self._task_id = data.task_id
-        self._patches = RunPatches.of_branch(data.approvals_logged)
+        RunPatches.of_branch(data)
         thread_id = workflow.info().workflow_id
         ledger = UsageLedger()
         ledger.merge("branches", data.usage)
@@ -218,28 +217,24 @@ class SubtaskWorkflow:
         answer."""
         if need.refusal is not None:  # too large to show a person: nobody is asked
             return need.refusal, []
-        logged, hours = self._patches.approvals_logged, data.settings.ask_timeout_hours
+        hours = data.settings.ask_timeout_hours
         if data.headless:
-            if logged:
-                own = workflow.info().workflow_id
-                await log_answered(data.task_id, ids.approval_id(own, step, need.index), "headless")
+            own = workflow.info().workflow_id
+            await log_answered(data.task_id, ids.approval_id(own, step, need.index), "headless")
             return approvals.headless(need.tool), []
         request = request_for(need, step, f"round {data.round} · subtask {data.ordinal}", hours)
         parent = workflow.info().parent
         assert parent is not None, "a branch runs as a child of its task"
         task = workflow.get_external_workflow_handle(parent.workflow_id)
         try:
-            if logged:
-                await log_requested(data.task_id, request)
+            await log_requested(data.task_id, request)
             await task.signal(REQUEST_SIGNAL, request)
             verdict = await self._verdicts.wait(request, hours)
         except asyncio.CancelledError:
-            if logged:
-                await log_answered(data.task_id, request.approval_id, "cancelled")
+            await log_answered(data.task_id, request.approval_id, "cancelled")
             raise
         if verdict is None:
-            if logged:
-                await log_answered(data.task_id, request.approval_id, "timed_out")
+            await log_answered(data.task_id, request.approval_id, "timed_out")
             await task.signal(WITHDRAW_SIGNAL, request.approval_id)
             return approvals.timed_out(need.tool, hours), []
         return verdict.denial, verdict.by

@@ -94,7 +94,7 @@ class TaskWorkflow:
         self._approvals = PendingApprovals(self.state)
         self._status = TaskStatus(data, self.state)
         self._loop = RoundLoop(data, self.state, self._status, self._question, self._approvals)
-        self._patches = RunPatches.none()  # asked as the run starts
+        self._patches = RunPatches()  # asked as the run starts
         self._side_in_flight = False
         self._ending = False
         self._next_task: str | None = None
@@ -211,9 +211,9 @@ class TaskWorkflow:
             # Policy `two` is newer than every history recorded before it: no patch needed.
             await log_recorded(self.data.task_id, decided)
             return decided
-        if self._patches.approvals_logged:
-            # Asked as the run started; an answer taken before (in a continued run's first
-            # moments) goes unlogged rather than ask out of turn.
+        if self._patches.asked:
+            # An answer taken before the run asked its patches (in a continued run's first
+            # moments) goes unlogged, as it always did.
             reason = answer.reason if answer.decision == "deny" else None
             # The digest the person's answer carried (None: they answered whatever waited),
             # and the digest of the call it settled, always.

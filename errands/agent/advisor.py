@@ -86,24 +86,22 @@ def advisor_spec() -> ToolSpec:
     )
 
 
-def parse_question(arguments: str, *, guarded: bool = True) -> str:
+def parse_question(arguments: str) -> str:
     """The ``question`` argument of an advisor call; anything unreadable counts as blank.
 
     A malformed call still gets advice (on the default question) rather than an error, because
     the advisor's input is free text and there is nothing for the model to repair. Arguments the
     guards refuse (``refused``) are read as blank here too, never parsed.
     """
-    arguments_read = read_arguments(arguments, guarded=guarded)
+    arguments_read = read_arguments(arguments)
     question = arguments_read.get("question") if isinstance(arguments_read, dict) else None
     return question if isinstance(question, str) else ""
 
 
-def refused(arguments: str, *, guarded: bool = True) -> str | None:
+def refused(arguments: str) -> str | None:
     """Why an advisor call gets an error result instead of advice: its arguments are too long or
     too deep to read (``errands.agent.arguments``); None for every other call. A model that
     sends such arguments needs telling, not advice on a question it did not ask."""
-    if not guarded:
-        return None  # a run from before the guards consulted the advisor whatever it was sent
     problem = refusal(arguments or "")
     return None if problem is None else f"{ADVISOR_TOOL}: {problem}"
 

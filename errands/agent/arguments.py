@@ -47,26 +47,20 @@ def parse_arguments(
     *,
     tool: str,
     send: str = "one JSON object of arguments",
-    guarded: bool = True,
 ) -> dict[str, Any]:
     """A call's arguments as the JSON object they must be, or a ``ModelMistake`` for ``tool``
     that says what is wrong and to call again with ``send``. Blank arguments are the empty
-    object. ``guarded=False`` leaves the size and depth to the router (see ``read_arguments``)."""
-    arguments = read_arguments(text, guarded=guarded)
+    object."""
+    arguments = read_arguments(text)
     if isinstance(arguments, str):
         raise ModelMistake(f"{tool}: {arguments}. Call {tool} again with {send}.")
     return arguments
 
 
-def read_arguments(text: str | None, *, guarded: bool = True) -> dict[str, Any] | str:
+def read_arguments(text: str | None) -> dict[str, Any] | str:
     """A call's arguments as a JSON object, or what is wrong with them, in words for the model
-    (``parse_arguments`` raises them as its mistake).
-
-    ``guarded=False`` is for workflow code replaying a run from before the guards (0.1.0): such
-    a run read whatever arguments it was given, so its replay must too. A run since reads only
-    what the router let through (anything past a guard reached it as the marker, which is still
-    read), so the guards cannot tell the two apart there."""
-    problem = refusal(text or "") if guarded else _marked_only(text or "")
+    (``parse_arguments`` raises them as its mistake)."""
+    problem = refusal(text or "")
     if problem is not None:
         return problem
     try:
@@ -82,14 +76,14 @@ def read_arguments(text: str | None, *, guarded: bool = True) -> dict[str, Any] 
     return value
 
 
-def nested(value: Any, *, guarded: bool = True) -> Any:
+def nested(value: Any) -> Any:
     """``value``, or the JSON it holds when it is a string that holds a list or an object:
     models sometimes send a nested argument (``questions``, ``subtasks``) as a JSON string.
-    The string is read under the same guards (``guarded`` as for ``read_arguments``); one that
-    cannot be read stays the string, for the caller's own check to name."""
+    The string is read under the same guards as ``read_arguments``; one that cannot be read
+    stays the string, for the caller's own check to name."""
     if not isinstance(value, str) or not value.lstrip().startswith(("[", "{")):
         return value
-    if guarded and refusal(value) is not None:
+    if refusal(value) is not None:
         return value
     try:
         return json.loads(value)
@@ -154,11 +148,6 @@ def json_error(error: json.JSONDecodeError) -> str:
     """What is wrong with the JSON and where, in plain words ("Unterminated string starting at
     position 9": the decoder's message already ends with "at")."""
     return f"{error.msg.removesuffix(' at')} at position {error.pos}"
-
-
-def _marked_only(text: str) -> str | None:
-    """The refusal a marker stands for, without the size and depth guards."""
-    return _marked(text) if REFUSED in text else None
 
 
 def _marked(text: str) -> str | None:

@@ -164,10 +164,9 @@ def pick_control_call(
     return name, [c for c in reached if c.name == name]
 
 
-def parse_final_reply(calls: list[ToolCall], *, guarded: bool = True) -> ReplyDecision:
-    """A repeated ``final_reply`` keeps the last call: the model's latest word. ``guarded``: as
-    for ``errands.agent.arguments.read_arguments``."""
-    args = _arguments(calls[-1], guarded)
+def parse_final_reply(calls: list[ToolCall]) -> ReplyDecision:
+    """A repeated ``final_reply`` keeps the last call: the model's latest word."""
+    args = _arguments(calls[-1])
     text = args.get("text")
     if not isinstance(text, str) or not text.strip():
         raise ModelMistake("final_reply: `text` must be a non-blank string.")
@@ -180,20 +179,19 @@ def parse_delegate(
     catalog_size: int,
     types: list[SubtaskTypeInfo],
     max_subtasks: int,
-    guarded: bool = True,
 ) -> DelegateDecision:
     if len(calls) > 1:
         raise ModelMistake(
             f"delegate was called {len(calls)} times in one step. Delegate once, with every "
             "subtask this round needs."
         )
-    args = _arguments(calls[0], guarded)
+    args = _arguments(calls[0])
     reply = args.get("reply")
     if not isinstance(reply, str) or not reply.strip():
         raise ModelMistake("delegate: `reply` must be a non-blank acknowledgement for the user.")
     raw_subtasks = args.get("subtasks")
     if isinstance(raw_subtasks, str):
-        raw_subtasks = nested(raw_subtasks, guarded=guarded)
+        raw_subtasks = nested(raw_subtasks)
     if not isinstance(raw_subtasks, list) or not raw_subtasks:
         raise ModelMistake("delegate: `subtasks` must be a list of 1 or more subtasks.")
     if len(raw_subtasks) > max_subtasks:
@@ -249,5 +247,5 @@ def _parse_subtask(
     )
 
 
-def _arguments(call: ToolCall, guarded: bool) -> dict[str, Any]:
-    return parse_arguments(call.arguments, tool=call.name, send="a JSON object", guarded=guarded)
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    return parse_arguments(call.arguments, tool=call.name, send="a JSON object")

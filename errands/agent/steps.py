@@ -66,8 +66,6 @@ class Rules:
     types: list[SubtaskTypeInfo]
     max_subtasks: int
     max_output_tokens: int
-    guarded: bool = True
-    """Arguments read under the size and depth guards (``errands.agent.arguments``)."""
 
 
 def read_step(response: ModelResponse, offer: Offer, rules: Rules, catalog_size: int) -> Reading:
@@ -103,13 +101,12 @@ def read_calls(calls: list[ToolCall], offer: Offer, rules: Rules, catalog_size: 
         return chosen[0]
     try:
         if name == FINAL_REPLY:
-            return parse_final_reply(chosen, guarded=rules.guarded)
+            return parse_final_reply(chosen)
         return parse_delegate(
             chosen,
             catalog_size=catalog_size,
             types=rules.types,
             max_subtasks=rules.max_subtasks,
-            guarded=rules.guarded,
         )
     except ModelMistake as error:
         # A repeated final_reply is judged by its last call, everything else by its first.

@@ -94,8 +94,6 @@ class StepWrites(BaseModel):
     types_digest: str | None
     """``errands.agent.steps.types_digest`` of the task's types: a worker with other types
     writes nothing (the workflow does). None: the types the step opens the task with."""
-    guarded: bool
-    """``RunPatches.arguments_guarded``: the arguments are read as the workflow reads them."""
     workflow_id: str
     """The task's workflow id: its branches' threads are named after it."""
 

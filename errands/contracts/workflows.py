@@ -352,10 +352,10 @@ class SubtaskInput(BaseModel):
     """Summary calls of the runs before a continue-as-new (the ledger's ``compaction``)."""
     mcp_holders: list[McpHolder] = Field(default_factory=list)
     """The stateful MCP sessions the runs before a continue-as-new reached."""
-    approvals_logged: bool | None = None
-    """Whether the branch logs its calls' approvals, as the task that started it decided
-    (``RunPatches.approvals_logged``). None: a branch started before 0.3.0, which asked the
-    patch itself (``workflows._patches.RunPatches.of_branch``)."""
+    asks_no_patch: bool = False
+    """Set by the tasks of 0.3.0 and later, whose branches ask no patch: they run the path of
+    the code that starts them. A branch started before asks the patch it asked then
+    (``workflows._patches.RunPatches.of_branch``)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -136,13 +136,10 @@ def ask_user_spec() -> ToolSpec:
     )
 
 
-def parse_ask_user(call: ToolCall, *, set_id: str, guarded: bool = True) -> QuestionSet:
-    """Validate an ``ask_user`` call; every rejection is written for the model to repair.
-    ``guarded``: as for ``errands.agent.arguments.read_arguments``."""
-    args = parse_arguments(
-        call.arguments, tool=ASK_USER, send="a JSON object with `questions`", guarded=guarded
-    )
-    raw_questions = nested(args.get("questions"), guarded=guarded)
+def parse_ask_user(call: ToolCall, *, set_id: str) -> QuestionSet:
+    """Validate an ``ask_user`` call; every rejection is written for the model to repair."""
+    args = parse_arguments(call.arguments, tool=ASK_USER, send="a JSON object with `questions`")
+    raw_questions = nested(args.get("questions"))
     if not isinstance(raw_questions, list):
         raise ModelMistake(
             f"ask_user: `questions` must be a list of 1 to {MAX_QUESTIONS} question objects."
@@ -152,7 +149,7 @@ def parse_ask_user(call: ToolCall, *, set_id: str, guarded: bool = True) -> Ques
             f"ask_user: {len(raw_questions)} questions given; ask 1 to {MAX_QUESTIONS} in one "
             "call (only the ones whose answers you need now)."
         )
-    questions = [_parse_question(n, raw, guarded) for n, raw in enumerate(raw_questions, 1)]
+    questions = [_parse_question(n, raw) for n, raw in enumerate(raw_questions, 1)]
     return QuestionSet(
         id=set_id,
         questions=questions,
@@ -161,7 +158,7 @@ def parse_ask_user(call: ToolCall, *, set_id: str, guarded: bool = True) -> Ques
     )
 
 
-def _parse_question(n: int, raw: Any, guarded: bool) -> Question:
+def _parse_question(n: int, raw: Any) -> Question:
     def fail(message: str) -> ModelMistake:
         return ModelMistake(f"question {n}: {message}")
 
@@ -183,7 +180,7 @@ def _parse_question(n: int, raw: Any, guarded: bool) -> Question:
     header = (header or "").strip()
     multi_select = _flag(raw, ("multi_select", "multiSelect"), False, fail)
     required = _flag(raw, ("required",), True, fail)
-    raw_options = nested(raw.get("options"), guarded=guarded)
+    raw_options = nested(raw.get("options"))
     if kind == "text":
         if raw_options:
             raise fail(
