@@ -168,6 +168,13 @@ class RoundStepOutput(BaseModel):
     """What the step wrote of its decision (``writes``)."""
 
 
+class StepSpent(BaseModel):
+    """A round step that writes its decision, and what its model call spent."""
+
+    step: int
+    usage: Usage
+
+
 class AppendAckInput(BaseModel):
     task_id: str
     session_id: str
@@ -181,13 +188,6 @@ class AppendAckInput(BaseModel):
     """The delegating step's view, against which the subtasks' references are resolved."""
     written_by: StepSpent | None = None
     """The round step writing it, and what its model call spent (None: the workflow)."""
-
-
-class StepSpent(BaseModel):
-    """A round step that writes its decision, and what its model call spent."""
-
-    step: int
-    usage: Usage
 
 
 class AppendReplyInput(BaseModel):
