@@ -111,7 +111,7 @@ def _hex(digits: str) -> int | None:
 class ModelCall:
     """The events of one attempt of one model step. Use as ``async with``, pass ``take`` to the
     provider as its ``on_delta``, and once the call answered write what ``finished`` returns
-    (the step's last events) with the step's row, or with ``write``. ``calls`` maps the
+    (the step's last events) with the step's row, or with ``write_blocking``. ``calls`` maps the
     tool calls whose arguments hold text being written to the field that holds it (the main
     agent: ``final_reply``'s ``text``); ``answer_text``: whether the content text is (a
     branch's answer)."""
@@ -176,7 +176,7 @@ class ModelCall:
 
     async def finished(self, usage: Usage) -> list[NewEvent]:
         """The call answered: its last text and ``model_call_finished``, to write with the
-        row the step stores (``SessionStore.append_once``), or with ``write``."""
+        row the step stores (``SessionStore.append_once``), or with ``write_blocking``."""
         await self._stop(cancelled=False)
         self._closed = True
         usage_field = {"usage": usage.model_dump()}

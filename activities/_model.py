@@ -189,8 +189,8 @@ class ModelActivities:
             ),
             log=compactions(self._store, data.task_id, MAIN),
         )
+        call.write_opening()  # first: a build that fails still supersedes an earlier attempt
         fitting.prepare()
-        call.write_opening()
         return fitting
 
     async def _round_tools(self, data: RoundStepInput) -> RoundTools:
@@ -309,8 +309,8 @@ class ModelActivities:
         opening written. Blocking."""
         stored = self._stored_step(data)
         if stored is None:
+            call.write_opening()  # first: a build that fails still supersedes an earlier attempt
             fitting.prepare()
-            call.write_opening()
         return stored
 
     def _replayed(

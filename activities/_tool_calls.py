@@ -242,7 +242,14 @@ class ToolActivities:
         (the result and its last event, in one transaction). Cancelled with the call open, at
         the workflow's request, the call gets a "cancelled" result, so no stored thread holds a
         call without one."""
-        settling = await asyncio.to_thread(self._found, found)
+        trip = asyncio.ensure_future(asyncio.to_thread(self._found, found))
+        try:
+            settling = await asyncio.shield(trip)
+        except asyncio.CancelledError:
+            # The trip goes on in its thread, and may log the request: settle what it found.
+            if isinstance(late := await trip, Settling):
+                await self._cancelled(late.result)
+            raise
         if isinstance(settling, RunToolOutput):
             return settling
         events, result, holder = settling.events, settling.result, None
@@ -256,12 +263,17 @@ class ToolActivities:
                 text = reading.capped_result(text, self._result_max_bytes)
                 last = events.finished(text, is_error)
         except asyncio.CancelledError:
-            if cancel_requested():
-                cancelled = result.message(prompts.TOOL_CANCELLED, True)
-                await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            await self._cancelled(result)
             raise
         await asyncio.to_thread(self._store.append_once, result.message(text, is_error), last)
         return RunToolOutput(ok=not is_error, chars=len(text), holder=holder)
+
+    async def _cancelled(self, result: ToolResult) -> None:
+        """A call cancelled at the workflow's request gets a "cancelled" result for good (one
+        cancelled otherwise is run by another attempt)."""
+        if cancel_requested():
+            cancelled = result.message(prompts.TOOL_CANCELLED, True)
+            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
 
     def _found(self, found: Callable[[], RunToolOutput | Settling]) -> RunToolOutput | Settling:
         """``found``, and the request of a call that runs logged, written once however often

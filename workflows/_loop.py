@@ -403,7 +403,8 @@ class RoundLoop:
             SessionActivities.deterministic_join,
             JoinInput(task_id=data.task_id, session_id=data.session_id, reason=message),
         )
-        # 0.1.0 recorded "nothing completed" as a bare null, which reaches here as None.
+        # 0.1.0 recorded "nothing completed" as a bare null (out of the support window; still
+        # read as None).
         text = joined.text if joined is not None else None
         if text is not None:
             workflow.logger.warning(

@@ -5,7 +5,7 @@ call is one) can be decided one way when the run executes and another when it re
 activity's result went into an earlier workflow task than the code after it ran in (a busy
 worker), the replay meets the patch's marker a workflow task later than the code asks. A patch
 asked before anything else in the run has no such past, so new patches are asked here, once,
-and kept; a branch follows the task that started it (``RunPatches.of_branch``). Every patch,
+and kept; a branch a 0.3.0 task starts asks none (``RunPatches.of_branch``). Every patch,
 asked or retired, is listed in docs/operations.md.
 """
 
@@ -44,8 +44,8 @@ gets ``asked-at-run-start-5``, asked before this one (``RunPatches.at_start``)."
 @dataclass(frozen=True)
 class RunPatches:
     asked: bool = False
-    """Whether the run has asked them yet (``at_start``): a handler that runs before, in a
-    continued run's first moments, logs nothing rather than ask a patch out of turn."""
+    """Whether the run has asked them yet (``at_start``): an approval answered before, in a
+    continued run's first moments, is not logged, as 0.2.0 ran (its histories replay so)."""
     notices: bool = False
     records_on_steps: bool = False
 

@@ -253,7 +253,9 @@ class RoundDecider:
         lost = out.attempt - 1  # earlier attempts: failed, or their results died with them
         calls = lost if out.settled else out.attempt  # a settled step asked no model
         # ...but the earlier attempt whose writes it found did, and what it spent was read back.
-        answered = out.settled and out.prepared is not None and out.prepared.spent is not None
+        answered = (
+            out.settled and lost > 0 and out.prepared is not None and out.prepared.spent is not None
+        )
         failed = lost - 1 if answered else lost
         state.ledger.charge("rounds", model, response.usage, calls=calls, failed_calls=failed)
         if step.opens is not None or step.prepares is not None:

@@ -360,8 +360,8 @@ class SubtaskInput(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _settings_from_flat_fields(cls, value: Any) -> Any:
-        """Until 0.2.0 a branch got each setting as a field of its own (a running branch still
-        carries them): gather them into ``settings``."""
+        """Until 0.2.0 a branch got each setting as a field of its own: gather them into
+        ``settings`` (a tolerant reader of 0.1.0's input, which is out of the support window)."""
         if not isinstance(value, dict) or "settings" in value:
             return value
         flat = {name: value[name] for name in _FLAT_BRANCH_SETTINGS if name in value}
