@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from temporalio import activity
 
 from activities._calls import ModelCall
-from activities._context import ContextFitter, Fitting, ResultLimit, SessionView, session_view
+from activities._context import ContextFitter, Fitting
 from activities._events import branch_of, record
 from activities._heartbeats import heartbeating
-from activities._requests import round_request
+from activities._requests import branch_request, round_request
 from activities._rounds import BeforeStep, RoundRecords
-from activities._threads import open_threads, thread_messages, write_branch_row
+from activities._threads import open_threads, write_branch_row
 from activities._tool_calls import pinned_for
 from activities._tools import (
     MAIN,
@@ -28,7 +28,6 @@ from activities._tools import (
 )
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore
-from errands.agent import context, prompts, reading
 from errands.agent.control import FINAL_REPLY, REPLY_FIELD
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
@@ -36,15 +35,13 @@ from errands.contracts.activities import BranchStepInput, BranchStepOutput, Reco
 from errands.contracts.approvals import ApprovalNeed
 from errands.contracts.events import NewEvent
 from errands.contracts.messages import (
-    Message,
-    ModelRequest,
     ModelResponse,
     NewMessage,
     StoredMessage,
     ToolCall,
 )
 from errands.contracts.rounds import RoundStepInput, RoundStepOutput, RoundView, StoredDecision
-from errands.contracts.rows import StepMeta, SummaryMeta, ToolResultMeta
+from errands.contracts.rows import StepMeta, SummaryMeta
 
 
 def compactions(store: SessionStore, task_id: str, where: str) -> Callable[[StoredMessage], None]:
@@ -71,34 +68,6 @@ def delivered(store: SessionStore, task_id: str, message_ids: list[str]) -> None
             message_id=message_id,
             outcome="delivered",
         )
-
-
-def shortened_results(
-    rows: list[StoredMessage], previews: int, limit: int | None
-) -> tuple[list[StoredMessage], int]:
-    """A thread's rows as a branch's request shows them, and how many were shortened: a tool
-    result over ``limit`` bytes, or past ``PREVIEW_OVER`` at the preview level asked, as its
-    head and tail (``reading.result_preview``, numbered by its row in the thread); never the
-    pages ``read_message`` returned."""
-    latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
-    shown: list[StoredMessage] = []
-    shortened = 0
-    for row in rows:
-        bounds = [] if limit is None else [limit]
-        if previews == reading.ALL or (previews == reading.OLDER and row.seq < latest_step):
-            bounds.append(reading.PREVIEW_OVER)
-        room = min(bounds, default=None)
-        if (
-            room is not None
-            and row.kind == "tool_result"
-            and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
-            and reading.utf8_over(row.text, room)
-        ):
-            text = reading.result_preview(row.text, row.seq, room)
-            row = row.model_copy(update={"text": text})
-            shortened += 1
-        shown.append(row)
-    return shown, shortened
 
 
 @dataclass(frozen=True)
@@ -264,7 +233,9 @@ class ModelActivities:
         call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
         fitting = self._fitter.fitting(
             data.model,
-            lambda previews, limit: self._branch_request(data, previews, pinned, limit),
+            lambda previews, limit: branch_request(
+                self._store, self._types, data, previews, pinned, limit
+            ),
             log=compactions(self._store, data.task_id, where),
         )
         # One trip to the store's thread before the call and one after it.
@@ -350,54 +321,6 @@ class ModelActivities:
 
     async def _pinned(self, task_id: str, subtask_type: str) -> PinnedTools | None:
         return await pinned_for(self._mcp, task_id, subtask_type)
-
-    def _branch_request(
-        self,
-        data: BranchStepInput,
-        previews: int,
-        pinned: PinnedTools | None = None,
-        result_limit: ResultLimit | None = None,
-    ) -> tuple[ModelRequest, int, SessionView]:
-        """The step's request from the thread as stored: its opening (always word for word),
-        the latest compaction summary of the thread, and the steps after it. A tool result is
-        shown as the main agent's are (``reading.result_preview``, numbered by its row in the
-        thread): always when over ``result_limit`` bytes, and past ``PREVIEW_OVER`` characters
-        to the preview level asked. Blocking."""
-        opening = self._store.get(ids.thread_instructions_id(data.thread_id))
-        view = session_view(self._store, data.thread_id, None)
-        rows = [r for r in view.rows if opening is None or r.id != opening.id]
-        if view.summary is not None:
-            # Results whose call was folded into the summary (a piece may end mid-step).
-            while rows and rows[0].kind == "tool_result":
-                rows.pop(0)
-        limit = result_limit(data.max_output_tokens) if result_limit is not None else None
-        shown, shortened = shortened_results(rows, previews, limit)
-        messages = thread_messages([opening] if opening else [])
-        compactable = thread_messages(shown)
-        if view.summary is not None:
-            summary = Message(role="user", text=prompts.summary_message(view.summary.text))
-            compactable.insert(0, summary)
-        messages += compactable
-        subtask_type = self._types[data.subtask_type]
-        if data.last_step:
-            messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
-        # Its own tools, then the MCP servers' (pinned for the task), then read_message.
-        tools = [t.spec for t in subtask_type.tools]
-        system = subtask_type.instructions
-        if pinned is not None:
-            tools += [t.spec() for t in pinned.offered(data.subtask_type)]
-            system += prompts.tools_unavailable(pinned.unavailable(data.subtask_type))
-        if shortened or any(ToolResultMeta.of(r).tool_name == reading.READ_MESSAGE for r in rows):
-            tools.append(reading.read_message_spec())
-        request = ModelRequest(
-            system=system,
-            messages=messages,
-            tools=[] if data.last_step else tools,
-            tool_choice="auto",
-            max_output_tokens=data.max_output_tokens,
-        )
-        shown_bytes = context.messages_bytes(compactable)
-        return request, 0, SessionView(data.thread_id, view.summary, rows, shown_bytes)
 
     def _write_step(
         self,

@@ -1,16 +1,18 @@
 """The exact request of a round, rebuilt from the store: one function, so a round's model call,
 its advisor consultation and a later side question all see byte-identical system text, tools and
-messages (the side question's prompt-cache parity depends on it)."""
+messages (the side question's prompt-cache parity depends on it); and a branch step's, from its
+thread."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from activities._context import SessionView, session_view
+from activities._context import ResultLimit, SessionView, session_view
+from activities._threads import thread_messages
 from activities._tools import MAIN, PinnedTools
 from errands.adapters.store import SessionStore
-from errands.agent import prompts
+from errands.agent import prompts, reading
 from errands.agent.advisor import advisor_spec
 from errands.agent.asking import ask_user_spec
 from errands.agent.catalog import render_session
@@ -27,8 +29,10 @@ from errands.agent.reading import (
 )
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
-from errands.contracts.messages import Message, ModelRequest
+from errands.contracts.activities import BranchStepInput
+from errands.contracts.messages import Message, ModelRequest, StoredMessage
 from errands.contracts.rounds import RoundStepInput
+from errands.contracts.rows import ToolResultMeta
 
 
 def round_request(
@@ -112,3 +116,81 @@ def stored_texts(
             message = message.model_copy(update={"text": text, "stored": None})
         out.append(message)
     return out, previewed
+
+
+def branch_request(
+    store: SessionStore,
+    types: dict[str, SubtaskType],
+    data: BranchStepInput,
+    previews: int,
+    pinned: PinnedTools | None = None,
+    result_limit: ResultLimit | None = None,
+) -> tuple[ModelRequest, int, SessionView]:
+    """The step's request from the thread as stored: its opening (always word for word),
+    the latest compaction summary of the thread, and the steps after it. A tool result is
+    shown as the main agent's are (``reading.result_preview``, numbered by its row in the
+    thread): always when over ``result_limit`` bytes, and past ``PREVIEW_OVER`` characters
+    to the preview level asked. Blocking."""
+    opening = store.get(ids.thread_instructions_id(data.thread_id))
+    view = session_view(store, data.thread_id, None)
+    rows = [r for r in view.rows if opening is None or r.id != opening.id]
+    if view.summary is not None:
+        # Results whose call was folded into the summary (a piece may end mid-step).
+        while rows and rows[0].kind == "tool_result":
+            rows.pop(0)
+    limit = result_limit(data.max_output_tokens) if result_limit is not None else None
+    shown, shortened = shortened_results(rows, previews, limit)
+    messages = thread_messages([opening] if opening else [])
+    compactable = thread_messages(shown)
+    if view.summary is not None:
+        summary = Message(role="user", text=prompts.summary_message(view.summary.text))
+        compactable.insert(0, summary)
+    messages += compactable
+    subtask_type = types[data.subtask_type]
+    if data.last_step:
+        messages.append(Message(role="user", text=prompts.BRANCH_LAST_STEP))
+    # Its own tools, then the MCP servers' (pinned for the task), then read_message.
+    tools = [t.spec for t in subtask_type.tools]
+    system = subtask_type.instructions
+    if pinned is not None:
+        tools += [t.spec() for t in pinned.offered(data.subtask_type)]
+        system += prompts.tools_unavailable(pinned.unavailable(data.subtask_type))
+    if shortened or any(ToolResultMeta.of(r).tool_name == reading.READ_MESSAGE for r in rows):
+        tools.append(reading.read_message_spec())
+    request = ModelRequest(
+        system=system,
+        messages=messages,
+        tools=[] if data.last_step else tools,
+        tool_choice="auto",
+        max_output_tokens=data.max_output_tokens,
+    )
+    shown_bytes = messages_bytes(compactable)
+    return request, 0, SessionView(data.thread_id, view.summary, rows, shown_bytes)
+
+
+def shortened_results(
+    rows: list[StoredMessage], previews: int, limit: int | None
+) -> tuple[list[StoredMessage], int]:
+    """A thread's rows as a branch's request shows them, and how many were shortened: a tool
+    result over ``limit`` bytes, or past ``PREVIEW_OVER`` at the preview level asked, as its
+    head and tail (``reading.result_preview``, numbered by its row in the thread); never the
+    pages ``read_message`` returned."""
+    latest_step = max((r.seq for r in rows if r.kind == "step"), default=0)
+    shown: list[StoredMessage] = []
+    shortened = 0
+    for row in rows:
+        bounds = [] if limit is None else [limit]
+        if previews == reading.ALL or (previews == reading.OLDER and row.seq < latest_step):
+            bounds.append(reading.PREVIEW_OVER)
+        room = min(bounds, default=None)
+        if (
+            room is not None
+            and row.kind == "tool_result"
+            and ToolResultMeta.of(row).tool_name != reading.READ_MESSAGE  # what was asked for
+            and reading.utf8_over(row.text, room)
+        ):
+            text = reading.result_preview(row.text, row.seq, room)
+            row = row.model_copy(update={"text": text})
+            shortened += 1
+        shown.append(row)
+    return shown, shortened
