@@ -110,11 +110,11 @@ class ModelActivities:
             data.model,
             calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
         )
-        tools = RoundTools()
         # One trip to the store's thread before the call: the round's own store work, the
-        # request and the call's opening events. A step offering the task's tools takes two:
-        # they are listed (and pinned) in between, and the request reads the pin.
-        before, fitting = await asyncio.to_thread(self._before_call, data, call)
+        # request and the call's opening events. A step offering the task's tools when this
+        # worker does not know them yet takes two: they are listed (and pinned) in between, and
+        # the request reads the pin.
+        before, tools, fitting = await asyncio.to_thread(self._before_call, data, call)
         if before.settled:
             # The round has its reply or acknowledgement: written by an attempt of this step
             # that died before reporting (what its call spent is read back with it), or found
@@ -135,17 +135,23 @@ class ModelActivities:
 
     def _before_call(
         self, data: RoundStepInput, call: ModelCall
-    ) -> tuple[BeforeStep, Fitting | None]:
+    ) -> tuple[BeforeStep, RoundTools, Fitting | None]:
         """The round opened or prepared as the step was asked, and the user's messages it is
-        the first to show logged as delivered; unless the round is settled or the step offers
-        the task's tools, the request built and the call's opening written. Blocking."""
+        the first to show logged as delivered; unless the round is settled or the task's tools
+        must be listed first, the tools the step offers, its request built and the call's
+        opening written. Blocking."""
         before = self._rounds.before_step(data)
         if before.settled:
-            return before, None
+            return before, RoundTools(), None
         delivered(self._store, data.task_id, data.delivers)
-        if before.step.work_tools and before.step.final_reason is None:
-            return before, None
-        return before, self._ready_call(before.step, call)
+        step = before.step
+        tools = RoundTools()
+        if step.work_tools and step.final_reason is None:
+            known = self._known_round_tools(step.task_id)
+            if known is None:
+                return before, tools, None
+            tools = known
+        return before, tools, self._ready_call(step, call)
 
     def _ready_call(self, data: RoundStepInput, call: ModelCall) -> Fitting:
         """The step's fitting with its first request built, and the call's opening written.
@@ -164,7 +170,17 @@ class ModelActivities:
 
     async def _round_tools(self, data: RoundStepInput) -> RoundTools:
         """The task's tools the step offers: listed and pinned before its request is built."""
-        pinned = await self._pinned(data.task_id, MAIN)
+        return self._offering(await self._pinned(data.task_id, MAIN))
+
+    def _known_round_tools(self, task_id: str) -> RoundTools | None:
+        """The tools a step of the task offers, when this worker knows them without listing:
+        no server gives the main agent tools, or the task's list is in the worker's memory."""
+        if not task_id or not self._mcp.serve(MAIN):
+            return self._offering(None)
+        pinned = self._mcp.pins.get(task_id)
+        return self._offering(pinned) if pinned is not None else None
+
+    def _offering(self, pinned: PinnedTools | None) -> RoundTools:
         offered = pinned.offered(MAIN) if pinned is not None else []
         return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)])
 

@@ -8,11 +8,17 @@ the model is told so; the task goes on without it.
 
 The list holds names, descriptions and schemas, never a server's command, URL, headers or env:
 those stay in the worker's configuration, which a call reads by server name.
+
+Written once and never changed, a task's list is also kept in the worker's memory
+(``PinnedCache``): the task's later steps and tool calls on this worker read it there, without a
+trip to the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -113,6 +119,31 @@ class OfferedTool:
         return ToolSpec(name=self.name, description=description, parameters=self.tool.input_schema)
 
 
+class PinnedCache:
+    """The pinned lists of the tasks this worker ran lately, by task id: the ``limit`` most
+    recently used. A list is stored once and never changes, so a copy here is the stored one.
+    Safe from any thread (the store's included)."""
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._lists: OrderedDict[str, PinnedTools] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, task_id: str) -> PinnedTools | None:
+        with self._lock:
+            found = self._lists.get(task_id)
+            if found is not None:
+                self._lists.move_to_end(task_id)
+            return found
+
+    def put(self, task_id: str, pinned: PinnedTools) -> None:
+        with self._lock:
+            self._lists[task_id] = pinned
+            self._lists.move_to_end(task_id)
+            while len(self._lists) > self._limit:
+                self._lists.popitem(last=False)
+
+
 class McpTools:
     """The MCP servers one worker may call, by name (``ERRANDS_MCP_SERVERS`` and the plugin's),
     through the worker's pool of open connections (``errands.adapters.mcp.pool``, made on first
@@ -135,6 +166,8 @@ class McpTools:
         self._pool: McpPool | None = None
         self._holders = Holders(store)
         self.holder_queue = holder_queue
+        self.pins = PinnedCache()
+        """The lists of the tasks this worker ran lately, read without a trip to the store."""
 
     @property
     def stateful(self) -> bool:
@@ -153,7 +186,11 @@ class McpTools:
         return any(serves(config.for_, key) for config in self._servers.values())
 
     async def pinned(self, task_id: str) -> PinnedTools:
-        """The task's tool list: as stored, or listed now (every server at once) and stored."""
+        """The task's tool list: as this worker last read it, as stored, or listed now (every
+        server at once) and stored."""
+        known = self.pins.get(task_id)
+        if known is not None:
+            return known
         row_id = ids.task_tools_id(task_id)
         row = await asyncio.to_thread(self._store.get, row_id)
         if row is None:
@@ -171,7 +208,9 @@ class McpTools:
                     task_id=task_id,
                 ),
             )  # a concurrent first listing may have won: the stored list is the task's
-        return PinnedTools.model_validate_json(row.text)
+        pinned = PinnedTools.model_validate_json(row.text)
+        self.pins.put(task_id, pinned)
+        return pinned
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
         try:

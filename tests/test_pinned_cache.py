@@ -1,0 +1,78 @@
+"""A task's pinned MCP tool list in the worker's memory: written once and never changed, it is
+read from the store once per worker, and the worker keeps only its latest tasks' lists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from activities._tools import McpTools, PinnedCache, PinnedTools
+from errands.adapters.mcp.config import parse_mcp_servers
+from errands.adapters.store import SessionStore, open_store
+from errands.contracts import ids
+from errands.contracts.messages import NewMessage, StoredMessage
+
+SERVERS = parse_mcp_servers(json.dumps({"files": {"url": "http://127.0.0.1:9/mcp", "for": ["*"]}}))
+
+
+class ReadsCounted:
+    """The store, with the reads of each row counted (every call goes to the store)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._store = store
+        self.reads: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def get(self, message_id: str) -> StoredMessage | None:
+        self.reads[message_id] = self.reads.get(message_id, 0) + 1
+        return self._store.get(message_id)
+
+
+def pin(store: SessionStore, task_id: str, tool: str) -> None:
+    listed = {"name": tool, "description": f"The {tool} tool.", "input_schema": {"type": "object"}}
+    store.append_once(
+        NewMessage(
+            id=ids.task_tools_id(task_id),
+            session_id=ids.task_tools_id(task_id),
+            role="system",
+            kind="tools",
+            text=json.dumps({"servers": {"files": {"tools": [listed], "for": ["*"]}}}),
+            task_id=task_id,
+        )
+    )
+
+
+def names(pinned: PinnedTools) -> list[str]:
+    return [t.name for t in pinned.offered("general")]
+
+
+async def test_a_task_list_is_read_from_the_store_once_per_worker(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'sessions.db'}")
+    pin(store, "task-a", "search")
+    pin(store, "task-b", "read")
+    counted = ReadsCounted(store)
+    tools = McpTools(counted, SERVERS)  # type: ignore[arg-type]
+
+    first = [names(await tools.pinned("task-a")) for _ in range(3)]
+    other = names(await tools.pinned("task-b"))
+
+    assert first == [["mcp__files__search"]] * 3
+    assert other == ["mcp__files__read"]
+    assert counted.reads == {ids.task_tools_id("task-a"): 1, ids.task_tools_id("task-b"): 1}
+    store.close()
+
+
+def test_the_worker_keeps_the_lists_of_its_latest_tasks_only() -> None:
+    cache = PinnedCache(limit=2)
+    lists = {task: PinnedTools() for task in ("a", "b", "c")}
+    cache.put("a", lists["a"])
+    cache.put("b", lists["b"])
+    assert cache.get("a") is lists["a"]  # now the latest used
+
+    cache.put("c", lists["c"])
+
+    assert cache.get("b") is None
+    assert cache.get("a") is lists["a"] and cache.get("c") is lists["c"]
