@@ -16,7 +16,11 @@ start; ``{"event": "closed", "pid"}`` when stdin reaches its end (stdio: the cli
 session); ``{"event": "list", "pid"}`` for every ``tools/list``; ``{"event": "call", "pid",
 "count", "key", "session"}`` for every ``count``: ``key`` is the ``errands/idempotency_key`` of
 the request's ``_meta`` (null when absent), ``session`` the ``mcp-session-id`` header over HTTP
-(null over stdio).
+(null over stdio), ``port`` the client's end of the TCP connection the request came on (null over
+stdio).
+
+``--linger SECONDS`` (HTTP): each POST's event stream stays open that long after its answer,
+where the SDK's server ends it at once.
 
 ``--mode never-initialize``: the process reads stdin and answers nothing, not even
 ``initialize``.
@@ -35,6 +39,7 @@ import anyio
 import uvicorn
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 IDEMPOTENCY_META_KEY = "errands/idempotency_key"
 """The ``_meta`` key errands puts the idempotency key under (``errands.adapters.mcp.config``)."""
@@ -87,8 +92,9 @@ def build_server(events: Events, wire: int) -> MCPServer:
         request = ctx.request_context.request
         headers = getattr(request, "headers", None)
         session = headers.get("mcp-session-id") if headers is not None else None
+        client = getattr(request, "client", None)
         key = meta.get(IDEMPOTENCY_META_KEY)
-        events.add("call", count=counter, key=key, session=session)
+        events.add("call", count=counter, key=key, session=session, port=client and client.port)
         return json.dumps({"pid": os.getpid(), "count": counter})
 
     @server.tool(description="Exit the process in the middle of the call.")
@@ -119,6 +125,27 @@ def build_server(events: Events, wire: int) -> MCPServer:
     return server
 
 
+def lingering(app: ASGIApp, seconds: float) -> ASGIApp:
+    """``app`` with each event stream it answers held open ``seconds`` after its last event."""
+
+    async def held(scope: Scope, receive: Receive, send: Send) -> None:
+        streaming = False
+
+        async def send_late(message: Message) -> None:
+            nonlocal streaming
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers", []))
+                streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+            elif streaming and message["type"] == "http.response.body":
+                if not message.get("more_body", False):
+                    await anyio.sleep(seconds)
+            await send(message)
+
+        await app(scope, receive, send_late)
+
+    return held
+
+
 def never_initialize() -> None:
     """Read stdin to its end and answer nothing."""
     while sys.stdin.buffer.read(65536):
@@ -130,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=Path, help="append lifecycle events to this file")
     parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP")
     parser.add_argument("--mode", choices=["normal", "never-initialize"], default="normal")
+    parser.add_argument("--linger", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args(argv)
     events = Events(args.events)
     events.add("started")
@@ -143,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
         events.add("closed")
         return
     app = server.streamable_http_app(host="127.0.0.1")
-    uvicorn.run(app, host="127.0.0.1", port=args.http, log_level="warning")
+    served = lingering(app, args.linger) if args.linger else app
+    uvicorn.run(served, host="127.0.0.1", port=args.http, log_level="warning")
     events.add("closed")
 
 

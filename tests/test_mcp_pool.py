@@ -224,6 +224,42 @@ async def test_over_http_five_calls_share_one_session_counting_1_to_5(
         stop(server)
 
 
+async def test_over_http_calls_reuse_the_tcp_connection_of_the_call_before(
+    pools: Pools, tmp_path: Path
+) -> None:
+    # The SDK closes each answer's event stream as soon as it has read the answer; the pool
+    # reads on to the stream's end, so the connection serves the next call.
+    events = tmp_path / "events.jsonl"
+    port = free_port()
+    server = start_listening(counter(events, "--http", str(port)), port, tmp_path / "log")
+    try:
+        pool = pools({"c": McpServerConfig(url=f"http://127.0.0.1:{port}/mcp")})
+        answers = [await count(pool, n=n) for n in range(10)]
+        assert [n for _, n in answers] == list(range(1, 11))
+        ports = {e["port"] for e in events_in(events) if e["event"] == "call"}
+        assert None not in ports and len(ports) <= 2, ports  # one each before the fix
+    finally:
+        stop(server)
+
+
+async def test_over_http_a_server_that_holds_its_answer_streams_open_still_answers_each_call(
+    tmp_path: Path,
+) -> None:
+    # Its streams end a minute after each answer: the pool reads on for a moment only, and
+    # closes the stream; no call, and not the pool's close, waits for the minute.
+    events = tmp_path / "events.jsonl"
+    port = free_port()
+    command = counter(events, "--http", str(port), "--linger", "60")
+    server = start_listening(command, port, tmp_path / "log")
+    pool = McpPool({"c": McpServerConfig(url=f"http://127.0.0.1:{port}/mcp")})
+    try:
+        answers = [await asyncio.wait_for(count(pool, n=n), 30) for n in range(3)]
+        assert [n for _, n in answers] == [1, 2, 3]
+        await asyncio.wait_for(pool.aclose(), 30)
+    finally:
+        stop(server)
+
+
 async def test_aclose_ends_every_process_and_leaves_no_zombie(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     pool = McpPool({"c": stdio(events, session="task"), "s": stdio(events)})
