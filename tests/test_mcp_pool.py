@@ -257,6 +257,7 @@ async def test_over_http_a_server_that_holds_its_answer_streams_open_still_answe
         assert [n for _, n in answers] == [1, 2, 3]
         await asyncio.wait_for(pool.aclose(), 30)
     finally:
+        await pool.aclose()  # again, after a failure: closing twice is harmless
         stop(server)
 
 

@@ -36,7 +36,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any, Generic, TypeVar
 
@@ -46,7 +46,8 @@ from mcp.client.session import ClientSession, IncomingMessage, MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from errands.adapters.mcp._stdio import Oversized, Reading, bounded_stdio
+from errands.adapters.mcp._http import Exchange
+from errands.adapters.mcp._stdio import Oversized, bounded_stdio
 from errands.adapters.mcp.config import McpServerConfig
 from errands.errors import McpBroken, McpUnsent
 
@@ -72,94 +73,6 @@ class Request(Generic[T]):
 _CLIENT_INFO = types.Implementation(name="errands", version=version("errands"))
 _SSE_EVENT_DEFAULT = 1024 * 1024
 """The SDK's own limit on one event, for exchanges that set none (listing tools)."""
-
-
-DRAIN_SECONDS = 0.05
-"""How long the rest of an answer the SDK stopped reading is read on before its close."""
-DRAIN_BYTES = 64 * 1024
-"""The most bytes of that rest read: past them the connection is dropped, as a flood."""
-
-
-class _Head(httpx2.AsyncByteStream):
-    """A POST's answer as the SDK reads it, its first ``keep`` bytes kept in ``oversized`` (and
-    every byte read counted): the head of an answer the SDK stops reading at its event limit,
-    shown as stdio shows one.
-
-    The SDK closes an event stream as soon as it has the answer it waited for, and a stream
-    closed before its end costs its connection: the next request opens a new one (measured: a
-    TCP connect for every call, 2.8 ms a call where a kept connection takes 2.2). A server ends
-    the stream right after the answer, so the close reads on to the end first, for at most
-    ``DRAIN_SECONDS`` and ``DRAIN_BYTES``, and the connection goes back to the client's pool. A
-    server whose streams stay open past the answer is then closed at once (``drains``)."""
-
-    def __init__(self, stream: httpx2.AsyncByteStream, keep: int, exchange: Exchange) -> None:
-        self._stream, self._keep, self._exchange = stream, keep, exchange
-        self._oversized = exchange.posted
-        self._head = bytearray()
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            if len(self._head) < self._keep:
-                self._head += chunk[: self._keep - len(self._head)]
-                self._oversized.head = bytes(self._head)
-            self._oversized.size += len(chunk)
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            if self._exchange.drains:
-                self._exchange.drains = await self._read_to_end()
-        finally:
-            await self._stream.aclose()
-
-    async def _read_to_end(self) -> bool:
-        """Read the rest of the answer, within the bounds; False when the server held the
-        stream open past them (its later streams are not waited for)."""
-        rest = 0
-        try:
-            async with asyncio.timeout(DRAIN_SECONDS):
-                async for chunk in self._stream:
-                    rest += len(chunk)
-                    if rest > DRAIN_BYTES:
-                        return False
-        except TimeoutError:
-            return False
-        except httpx2.HTTPError:
-            pass  # the connection broke: it is dropped, as a stream closed early would be
-        return True
-
-
-@dataclass(kw_only=True)
-class Exchange(Reading):
-    """One session's bookkeeping: the server's label for messages, and the last HTTP refusal.
-
-    The SDK turns a POST answered with an HTTP error status into a generic JSON-RPC error
-    ("Server returned an error response"); the status, recorded here by an httpx event hook, is
-    what tells the operator to check a token or a URL.
-    """
-
-    label: str
-    http_status: int | None = None
-    """The status of the last POST, when it was an error (400 or above)."""
-    failure: ConnectionError | None = None
-    """A failure raised inside the session, already worded. ``max_line`` (``Reading``) is the
-    most bytes of one answer the transport reads: a stdio line, or an HTTP event (the SDK's
-    ``max_sse_event_size``); over stdio ``oversized`` holds the head of a longer one."""
-    posted: Oversized = field(default_factory=Oversized)
-    """Over HTTP: the head of the last POST's answer (whatever its length), and the bytes of
-    it read so far."""
-    drains: bool = True
-    """Over HTTP: whether the rest of an answer the SDK stopped reading is read to its end
-    before it is closed (``_Head``); off once a server's stream did not end in time."""
-
-    async def record(self, response: httpx2.Response) -> None:
-        if response.request.method == "POST":
-            status = response.status_code
-            self.http_status = status if status >= 400 else None
-            if isinstance(response.stream, httpx2.AsyncByteStream):
-                self.posted = Oversized()  # the last POST's answer: the call's
-                keep = self.max_line if self.max_line is not None else 0
-                response.stream = _Head(response.stream, keep, self)
 
 
 @asynccontextmanager

@@ -33,7 +33,8 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from errands.adapters.mcp._connection import Exchange, opened_session
+from errands.adapters.mcp._connection import opened_session
+from errands.adapters.mcp._http import Exchange
 from errands.adapters.mcp._stdio import OVERSIZED, Oversized
 from errands.adapters.mcp.config import (
     IDEMPOTENCY_META_KEY,

@@ -46,7 +46,8 @@ from typing import Any, Literal, TypeVar
 from mcp.client.session import ClientSession
 
 from errands.adapters.mcp import client
-from errands.adapters.mcp._connection import STDIO_LINE, Connection, Exchange, Request
+from errands.adapters.mcp._connection import STDIO_LINE, Connection, Request
+from errands.adapters.mcp._http import Exchange
 from errands.adapters.mcp.client import broken_outcome, server_label
 from errands.adapters.mcp.config import SETTING, McpServerConfig, McpTool, ToolOutcome
 from errands.errors import McpBroken, McpUnsent
