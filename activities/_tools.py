@@ -67,7 +67,7 @@ class PinnedServer(BaseModel):
     """Whose session its calls run in, as configured when the task listed it."""
     error: str | None = None
 
-    model_config = {"validate_by_name": True, "serialize_by_alias": True}
+    model_config = {"validate_by_name": True, "serialize_by_alias": True, "frozen": True}
 
     def serves(self, key: str) -> bool:
         return serves(self.for_, key)
@@ -77,6 +77,8 @@ class PinnedTools(BaseModel):
     """Every configured server's tools, as listed when the task first needed them."""
 
     servers: dict[str, PinnedServer] = Field(default_factory=dict)
+
+    model_config = {"frozen": True}
 
     def offered(self, key: str) -> list[OfferedTool]:
         """The tools the main agent (``key`` = ``"main"``) or a subtask type's branches see,
@@ -120,28 +122,58 @@ class OfferedTool:
 
 
 class PinnedCache:
-    """The pinned lists of the tasks this worker ran lately, by task id: the ``limit`` most
-    recently used. A list is stored once and never changes, so a copy here is the stored one.
-    Safe from any thread (the store's included)."""
+    """The pinned lists of the tasks this worker ran lately, by task id: at most ``tasks`` of
+    them, and ``max_bytes`` of distinct lists as stored (one larger list alone is kept).
+    A list is stored once and never changes, so the one held is the stored one; tasks that
+    pinned the same list share one parsed object, which nothing may change. Safe from any
+    thread (the store's included)."""
 
-    def __init__(self, limit: int = 256) -> None:
-        self._limit = limit
-        self._lists: OrderedDict[str, PinnedTools] = OrderedDict()
+    def __init__(self, tasks: int = 256, max_bytes: int = 8 * 1024 * 1024) -> None:
+        self._tasks, self._max_bytes = tasks, max_bytes
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        """Each task's list as stored, the latest used last."""
+        self._lists: dict[str, tuple[PinnedTools, int]] = {}
+        """Each distinct list as stored: parsed, and how many tasks hold it."""
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, task_id: str) -> PinnedTools | None:
+        """The task's list, when this worker holds it."""
         with self._lock:
-            found = self._lists.get(task_id)
-            if found is not None:
-                self._lists.move_to_end(task_id)
-            return found
+            text = self._texts.get(task_id)
+            if text is None:
+                return None
+            self._texts.move_to_end(task_id)
+            return self._lists[text][0]
 
-    def put(self, task_id: str, pinned: PinnedTools) -> None:
+    def put(self, task_id: str, text: str) -> PinnedTools:
+        """Hold the task's list, as stored (``text``); returns it parsed (the object of another
+        task that pinned the same list, if one is held)."""
         with self._lock:
-            self._lists[task_id] = pinned
-            self._lists.move_to_end(task_id)
-            while len(self._lists) > self._limit:
-                self._lists.popitem(last=False)
+            known = self._lists.get(text)
+        parsed = known[0] if known is not None else PinnedTools.model_validate_json(text)
+        with self._lock:
+            if task_id not in self._texts:
+                parsed, holders = self._lists.get(text, (parsed, 0))
+                self._lists[text] = (parsed, holders + 1)
+                if holders == 0:
+                    self._bytes += len(text)
+                self._texts[task_id] = text
+                self._evict()
+            return self._lists[self._texts[task_id]][0]
+
+    def _evict(self) -> None:
+        """Forget the least recently used tasks past the bounds (the caller holds the lock)."""
+        while len(self._texts) > self._tasks or (
+            self._bytes > self._max_bytes and len(self._texts) > 1
+        ):
+            _, text = self._texts.popitem(last=False)
+            parsed, holders = self._lists[text]
+            if holders > 1:
+                self._lists[text] = (parsed, holders - 1)
+            else:
+                del self._lists[text]
+                self._bytes -= len(text)
 
 
 class McpTools:
@@ -208,9 +240,7 @@ class McpTools:
                     task_id=task_id,
                 ),
             )  # a concurrent first listing may have won: the stored list is the task's
-        pinned = PinnedTools.model_validate_json(row.text)
-        self.pins.put(task_id, pinned)
-        return pinned
+        return self.pins.put(task_id, row.text)
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
         try:
