@@ -43,6 +43,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from sse_starlette.sse import EventSourceResponse
 from temporalio.client import Client
 
 from errands.adapters.identity.keys import mint
@@ -483,6 +484,35 @@ async def test_an_open_stream_ends_when_its_key_is_revoked(
     assert isinstance(ended, Exception) and "revoked" in str(ended), ended
     states = [e.status_update.status.state for e in got if e.HasField("status_update")]
     assert COMPLETED not in states, "nothing after the revocation"
+
+
+async def test_a_stream_with_nothing_to_say_outlives_httpxs_default_read_timeout(
+    stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    # The a2a-sdk client reads through httpx, whose default client gives up on a read after
+    # 5 s: an A2A stream sends a comment every 2 s while the task waits quietly.
+    name = model_name()
+    scripted.script(name, ask(DATABASE), final("PostgreSQL it is."))
+    async with connect(stack.url, stack.keys["a"], streaming=False) as polling:
+        waiting = await one_task(polling, say("Set up the new service.", model=name))
+        assert waiting.status.state == INPUT_REQUIRED
+        headers = {"Authorization": f"Bearer {stack.keys['a']}"}
+        async with httpx.AsyncClient(headers=headers, timeout=5.0) as http:
+            config = ClientConfig(httpx_client=http, supported_protocol_bindings=["JSONRPC"])
+            a2a = await ClientFactory(config).create_from_url(stack.url)
+            events = a2a.subscribe(SubscribeToTaskRequest(id=waiting.id))
+            try:
+                pending = asyncio.ensure_future(anext(events))
+                while (await asyncio.wait({pending}, timeout=8))[0]:
+                    pending.result()  # the task as it stands; a cut stream raises here
+                    pending = asyncio.ensure_future(anext(events))
+                # 8 s with nothing to say, and the stream still open: the answer comes through.
+                await one_task(polling, say("PostgreSQL", task_id=waiting.id))
+                assert (await asyncio.wait_for(pending, 30)).WhichOneof("payload")
+            finally:
+                await events.aclose()
+                await a2a.close()
+    assert EventSourceResponse.DEFAULT_PING_INTERVAL == 15, "other event streams keep theirs"
 
 
 async def test_the_agent_card_names_both_bindings_streaming_auth_and_the_resume_extension(

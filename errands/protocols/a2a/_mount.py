@@ -32,7 +32,8 @@ PATH = "/a2a"
 PING_SECONDS = 2
 """How often an A2A stream with nothing to say sends a comment: sse-starlette's default (15 s)
 is longer than the read timeout of httpx's default client (5 s), which the a2a-sdk client uses,
-so a task thinking quietly would cut its stream."""
+so a task thinking quietly would cut its stream. Set on each A2A stream, not as sse-starlette's
+default: the process's other event streams keep theirs."""
 
 PrincipalOf = Callable[[Request], Awaitable[Principal]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -67,7 +68,10 @@ async def _still(principal_of: PrincipalOf, request: Request, principal: Princip
 def _as_principal(endpoint: Endpoint, principal_of: PrincipalOf) -> Endpoint:
     async def acting(request: Request) -> Response:
         request.scope[PRINCIPAL] = await principal_of(request)  # refusals: the gateway's
-        return await endpoint(request)
+        response = await endpoint(request)
+        if isinstance(response, EventSourceResponse) and response.ping_interval > PING_SECONDS:
+            response.ping_interval = PING_SECONDS
+        return response
 
     return acting
 
@@ -75,8 +79,6 @@ def _as_principal(endpoint: Endpoint, principal_of: PrincipalOf) -> Endpoint:
 def mount_a2a(app: Starlette, base: Client, principal_of: PrincipalOf, *, path: str = PATH) -> None:
     """Add A2A to ``app`` (tasks of ``base``, each request acting as ``principal_of(request)``;
     it raises the gateway's refusals: ``Unauthorized`` for a missing or refused bearer)."""
-    if EventSourceResponse.DEFAULT_PING_INTERVAL > PING_SECONDS:
-        EventSourceResponse.DEFAULT_PING_INTERVAL = PING_SECONDS
     handler = ErrandsRequestHandler(base)
     built = _Acting(principal_of)
     routes = [
