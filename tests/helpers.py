@@ -19,8 +19,10 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from errands.adapters.scripted import Call, Reply
+from errands.adapters.store import SessionStore
 from errands.agent.prompts import SUMMARY_INSTRUCTIONS
-from errands.contracts.messages import Message, ToolSpec
+from errands.contracts import ids
+from errands.contracts.messages import Message, NewMessage, ToolSpec
 from errands.contracts.workflows import RoundSettings, TaskInput, TaskResult
 
 _T = TypeVar("_T")
@@ -113,6 +115,20 @@ def ask(*questions: dict[str, Any], **arguments: Any) -> Reply:
 def tool(name: str, /, **arguments: Any) -> Reply:
     """The model calls the work tool ``name`` with ``arguments``."""
     return Reply(calls=[Call(name, arguments)])
+
+
+def pin_tools(store: SessionStore, task_id: str, servers: dict[str, Any]) -> None:
+    """Store ``servers`` as the task's pinned MCP tool list, as if the task had listed them."""
+    store.append_once(
+        NewMessage(
+            id=ids.task_tools_id(task_id),
+            session_id=ids.task_tools_id(task_id),
+            role="system",
+            kind="tools",
+            text=json.dumps({"servers": servers}),
+            task_id=task_id,
+        )
+    )
 
 
 def user(text: str) -> Message:

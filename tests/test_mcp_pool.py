@@ -207,9 +207,11 @@ async def test_with_a_listing_ttl_of_0_every_listing_asks_the_server(
     assert len(pids(events)) == 1  # one process served the three
 
 
-async def test_over_http_five_calls_share_one_session_counting_1_to_5(
+async def test_over_http_five_calls_share_one_session_and_its_connection_counting_1_to_5(
     pools: Pools, tmp_path: Path
 ) -> None:
+    # The SDK closes each answer's event stream as soon as it has read the answer; the pool
+    # reads on to the stream's end, so the TCP connection serves the next call.
     events = tmp_path / "events.jsonl"
     port = free_port()
     server = start_listening(counter(events, "--http", str(port)), port, tmp_path / "log")
@@ -219,25 +221,9 @@ async def test_over_http_five_calls_share_one_session_counting_1_to_5(
         assert [n for _, n in answers] == [1, 2, 3, 4, 5]
         sessions = {e["session"] for e in events_in(events) if e["event"] == "call"}
         assert len(sessions) == 1 and None not in sessions
-        assert pool.stats() == pool.stats().__class__(processes=0, connections=1, sessions=0)
-    finally:
-        stop(server)
-
-
-async def test_over_http_calls_reuse_the_tcp_connection_of_the_call_before(
-    pools: Pools, tmp_path: Path
-) -> None:
-    # The SDK closes each answer's event stream as soon as it has read the answer; the pool
-    # reads on to the stream's end, so the connection serves the next call.
-    events = tmp_path / "events.jsonl"
-    port = free_port()
-    server = start_listening(counter(events, "--http", str(port)), port, tmp_path / "log")
-    try:
-        pool = pools({"c": McpServerConfig(url=f"http://127.0.0.1:{port}/mcp")})
-        answers = [await count(pool, n=n) for n in range(10)]
-        assert [n for _, n in answers] == list(range(1, 11))
         ports = {e["port"] for e in events_in(events) if e["event"] == "call"}
-        assert None not in ports and len(ports) <= 2, ports  # one each before the fix
+        assert None not in ports and len(ports) <= 2, ports  # one a call, before
+        assert pool.stats() == pool.stats().__class__(processes=0, connections=1, sessions=0)
     finally:
         stop(server)
 

@@ -13,7 +13,8 @@ from activities._tools import McpTools, PinnedCache, PinnedTools
 from errands.adapters.mcp.config import parse_mcp_servers
 from errands.adapters.store import SessionStore, open_store
 from errands.contracts import ids
-from errands.contracts.messages import NewMessage, StoredMessage
+from errands.contracts.messages import StoredMessage
+from tests.helpers import pin_tools
 
 SERVERS = parse_mcp_servers(json.dumps({"files": {"url": "http://127.0.0.1:9/mcp", "for": ["*"]}}))
 
@@ -35,16 +36,7 @@ class ReadsCounted:
 
 def pin(store: SessionStore, task_id: str, tool: str) -> None:
     listed = {"name": tool, "description": f"The {tool} tool.", "input_schema": {"type": "object"}}
-    store.append_once(
-        NewMessage(
-            id=ids.task_tools_id(task_id),
-            session_id=ids.task_tools_id(task_id),
-            role="system",
-            kind="tools",
-            text=json.dumps({"servers": {"files": {"tools": [listed], "for": ["*"]}}}),
-            task_id=task_id,
-        )
-    )
+    pin_tools(store, task_id, {"files": {"tools": [listed], "for": ["*"]}})
 
 
 def names(pinned: PinnedTools) -> list[str]:

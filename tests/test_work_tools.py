@@ -34,7 +34,6 @@ from errands.adapters.store import SessionStore
 from errands.client import Client as ErrandsClient
 from errands.contracts import ids
 from errands.contracts.approvals import ApprovalAnswer, ApprovalReceipt
-from errands.contracts.messages import NewMessage
 from errands.contracts.workflows import RoundSettings, TaskResult
 from errands.errors import TaskEnded
 from errands.gateway import create_app, serving
@@ -48,6 +47,7 @@ from tests.helpers import (
     eventually,
     final,
     keep_history,
+    pin_tools,
     start_task,
 )
 from tests.mcp_notes import BIG, TOKEN, Servers
@@ -199,17 +199,7 @@ async def test_a_task_offers_the_tools_it_pinned_not_what_the_servers_list_now(
     # server): a server that changes its tools mid-task changes nothing for that task.
     task_id = f"task-pinned-{uuid.uuid4().hex[:6]}"
     search = {"name": "search", "description": "Find notes.", "input_schema": {"type": "object"}}
-    pinned = {"servers": {"files": {"tools": [search], "for": ["*"], "error": None}}}
-    store.append_once(
-        NewMessage(
-            id=ids.task_tools_id(task_id),
-            session_id=ids.task_tools_id(task_id),
-            role="system",
-            kind="tools",
-            text=json.dumps(pinned),
-            task_id=task_id,
-        )
-    )
+    pin_tools(store, task_id, {"files": {"tools": [search], "for": ["*"], "error": None}})
     convo = Conversation(
         delegating(call("mcp__files__search", query="big note")), told_branch, branches=2
     ).install(scripted, "gpt-tools")
