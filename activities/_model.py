@@ -77,6 +77,8 @@ class RoundTools:
 
     offered: list[OfferedTool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
+    pinned: PinnedTools | None = None
+    """The task's list they come from, when the step holds it: its request reads it here."""
 
 
 class ModelActivities:
@@ -130,7 +132,7 @@ class ModelActivities:
             )
         if fitting is None:
             tools = await self._round_tools(before.step)
-            fitting = await asyncio.to_thread(self._ready_call, before.step, call)
+            fitting = await asyncio.to_thread(self._ready_call, before.step, call, tools)
         return await self._round_call(before, call, fitting, tools)
 
     def _before_call(
@@ -151,16 +153,16 @@ class ModelActivities:
             if known is None:
                 return before, tools, None
             tools = known
-        return before, tools, self._ready_call(step, call)
+        return before, tools, self._ready_call(step, call, tools)
 
-    def _ready_call(self, data: RoundStepInput, call: ModelCall) -> Fitting:
+    def _ready_call(self, data: RoundStepInput, call: ModelCall, tools: RoundTools) -> Fitting:
         """The step's fitting with its first request built, and the call's opening written.
         Blocking."""
         main_tools = list(self._main_tools.values())
         fitting = self._fitter.fitting(
             data.model,
             lambda previews, limit: round_request(
-                self._store, self._types, data, previews, main_tools, limit
+                self._store, self._types, data, previews, main_tools, limit, tools.pinned
             ),
             log=compactions(self._store, data.task_id, MAIN),
         )
@@ -182,7 +184,7 @@ class ModelActivities:
 
     def _offering(self, pinned: PinnedTools | None) -> RoundTools:
         offered = pinned.offered(MAIN) if pinned is not None else []
-        return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)])
+        return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)], pinned)
 
     async def _round_call(
         self, before: BeforeStep, call: ModelCall, fitting: Fitting, tools: RoundTools

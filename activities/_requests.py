@@ -42,16 +42,19 @@ def round_request(
     previews: int = NONE,
     main_tools: Sequence[WorkTool] = (),
     result_limit: Callable[[int], int] | None = None,
+    pinned: PinnedTools | None = None,
 ) -> tuple[ModelRequest, int, SessionView]:
     """The round's request, the size of its catalog, and the view of the session it renders
     (from the latest compaction summary on; bulky outputs as ``previews`` says; the round's own
-    tool results within ``result_limit``, see ``stored_texts``). Blocking: call it from a thread."""
+    tool results within ``result_limit``, see ``stored_texts``). ``pinned``: the task's MCP tool
+    list, when the caller holds it; else it is read from the store. Blocking: call it from a
+    thread."""
     if data.view is not None:  # pinned: exactly what the round's step rendered
         previews = data.view.previews
     view = session_view(store, data.session_id, data.upto_seq, data.view)
     rendered = render_session(view.rows, data.task_id, view.summary, previews=previews)
     installed = list(types.values())
-    pinned = pinned_tools(store, data.task_id)
+    pinned = pinned if pinned is not None else pinned_tools(store, data.task_id)
     delegable = data.final_reason is None and bool(installed)
     # Control tools first (the order is part of the prompt), then work tools.
     limit = result_limit(data.max_output_tokens) if result_limit is not None else None
