@@ -17,12 +17,12 @@ from activities._heartbeats import heartbeating
 from activities._requests import branch_request, round_request
 from activities._rounds import BeforeStep, RoundRecords
 from activities._threads import open_threads, write_branch_row
-from activities._tool_calls import pinned_for
 from activities._tools import (
     MAIN,
     McpTools,
     OfferedTool,
     PinnedTools,
+    Pinning,
     approvals_needed,
     session_servers,
 )
@@ -116,7 +116,8 @@ class ModelActivities:
         # request and the call's opening events. A step offering the task's tools when this
         # worker does not know them yet takes two: they are listed (and pinned) in between, and
         # the request reads the pin.
-        before, tools, fitting = await asyncio.to_thread(self._before_call, data, call)
+        ahead = self._mcp.ahead(data.task_id, MAIN)
+        before, tools, fitting = await asyncio.to_thread(self._before_call, data, call, ahead)
         if before.settled:
             # The round has its reply or acknowledgement: written by an attempt of this step
             # that died before reporting (what its call spent is read back with it), or found
@@ -136,12 +137,12 @@ class ModelActivities:
         return await self._round_call(before, call, fitting, tools)
 
     def _before_call(
-        self, data: RoundStepInput, call: ModelCall
+        self, data: RoundStepInput, call: ModelCall, ahead: Pinning | None
     ) -> tuple[BeforeStep, RoundTools, Fitting | None]:
         """The round opened or prepared as the step was asked, and the user's messages it is
         the first to show logged as delivered; unless the round is settled or the task's tools
-        must be listed first, the tools the step offers, its request built and the call's
-        opening written. Blocking."""
+        must be listed first (``ahead`` is None), the tools the step offers (pinned here when
+        the step brought them), its request built and the call's opening written. Blocking."""
         before = self._rounds.before_step(data)
         if before.settled:
             return before, RoundTools(), None
@@ -149,10 +150,9 @@ class ModelActivities:
         step = before.step
         tools = RoundTools()
         if step.work_tools and step.final_reason is None:
-            known = self._known_round_tools(step.task_id)
-            if known is None:
+            if ahead is None:
                 return before, tools, None
-            tools = known
+            tools = self._offering(ahead.resolve(self._mcp, step.task_id))
         return before, tools, self._ready_call(step, call, tools)
 
     def _ready_call(self, data: RoundStepInput, call: ModelCall, tools: RoundTools) -> Fitting:
@@ -172,15 +172,7 @@ class ModelActivities:
 
     async def _round_tools(self, data: RoundStepInput) -> RoundTools:
         """The task's tools the step offers: listed and pinned before its request is built."""
-        return self._offering(await self._pinned(data.task_id, MAIN))
-
-    def _known_round_tools(self, task_id: str) -> RoundTools | None:
-        """The tools a step of the task offers, when this worker knows them without listing:
-        no server gives the main agent tools, or the task's list is in the worker's memory."""
-        if not task_id or not self._mcp.serve(MAIN):
-            return self._offering(None)
-        pinned = self._mcp.pins.get(task_id)
-        return self._offering(pinned) if pinned is not None else None
+        return self._offering(await self._mcp.pinned(data.task_id))
 
     def _offering(self, pinned: PinnedTools | None) -> RoundTools:
         offered = pinned.offered(MAIN) if pinned is not None else []
@@ -246,18 +238,15 @@ class ModelActivities:
         return await heartbeating(self._branch_step(data))
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
-        pinned = await self._pinned(data.task_id, data.subtask_type)
+        pinning = self._mcp.ahead(data.task_id, data.subtask_type)
+        if pinning is None:  # a server to list first
+            pinning = Pinning(known=await self._mcp.pinned(data.task_id))
         where = branch_of(data.thread_id)
         call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
-        fitting = self._fitter.fitting(
-            data.model,
-            lambda previews, limit: branch_request(
-                self._store, self._types, data, previews, pinned, limit
-            ),
-            log=compactions(self._store, data.task_id, where),
-        )
         # One trip to the store's thread before the call and one after it.
-        stored = await asyncio.to_thread(self._before_branch_call, data, fitting, call)
+        stored, pinned, fitting = await asyncio.to_thread(
+            self._before_branch_call, data, pinning, call
+        )
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
             return await asyncio.to_thread(self._replayed, data, pinned, stored)
@@ -292,15 +281,25 @@ class ModelActivities:
         )
 
     def _before_branch_call(
-        self, data: BranchStepInput, fitting: Fitting, call: ModelCall
-    ) -> StoredMessage | None:
-        """The step an earlier attempt stored, if any; else the request built and the call's
+        self, data: BranchStepInput, pinning: Pinning, call: ModelCall
+    ) -> tuple[StoredMessage | None, PinnedTools | None, Fitting]:
+        """The task's tools (pinned here when the step brought them) and the step's fitting;
+        the step an earlier attempt stored, if any, else the request built and the call's
         opening written. Blocking."""
+        pinned = pinning.resolve(self._mcp, data.task_id)
+        where = branch_of(data.thread_id)
+        fitting = self._fitter.fitting(
+            data.model,
+            lambda previews, limit: branch_request(
+                self._store, self._types, data, previews, pinned, limit
+            ),
+            log=compactions(self._store, data.task_id, where),
+        )
         stored = self._stored_step(data)
         if stored is None:
             call.write_opening()  # first: a build that fails still supersedes an earlier attempt
             fitting.prepare()
-        return stored
+        return stored, pinned, fitting
 
     def _replayed(
         self, data: BranchStepInput, pinned: PinnedTools | None, stored: StoredMessage
@@ -336,9 +335,6 @@ class ModelActivities:
         if data.open is not None:
             open_threads(self._store, [data.open])
         return self._store.get(ids.thread_step_id(data.thread_id, data.step))
-
-    async def _pinned(self, task_id: str, subtask_type: str) -> PinnedTools | None:
-        return await pinned_for(self._mcp, task_id, subtask_type)
 
     def _write_step(
         self,

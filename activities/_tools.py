@@ -223,24 +223,38 @@ class McpTools:
         known = self.pins.get(task_id)
         if known is not None:
             return known
-        row_id = ids.task_tools_id(task_id)
-        row = await asyncio.to_thread(self._store.get, row_id)
+        row = await asyncio.to_thread(self._store.get, ids.task_tools_id(task_id))
         if row is None:
             names = list(self._servers)
             listed = await asyncio.gather(*(self._list(n, self._servers[n]) for n in names))
             found = PinnedTools(servers=dict(zip(names, listed, strict=True)))
-            row = await asyncio.to_thread(
-                self._store.append_once,
-                NewMessage(
-                    id=row_id,
-                    session_id=row_id,
-                    role="system",
-                    kind="tools",
-                    text=found.model_dump_json(by_alias=True),
-                    task_id=task_id,
-                ),
-            )  # a concurrent first listing may have won: the stored list is the task's
+            # A concurrent first listing may have won: the stored list is the task's.
+            row = await asyncio.to_thread(self._store.append_once, _pin_row(task_id, found))
         return self.pins.put(task_id, row.text)
+
+    def ahead(self, task_id: str, key: str) -> Pinning | None:
+        """The task's list for a step of ``key``, as far as this worker knows it without I/O:
+        nothing to offer, the list held in memory, or one made of the pool's cached listings
+        for the step's own trip to the store to pin (``Pinning.resolve``). None when a server
+        must be listed first (``pinned``). On the event loop."""
+        if not task_id or not self.serve(key):
+            return Pinning()
+        known = self.pins.get(task_id)
+        if known is not None:
+            return Pinning(known=known)
+        if self._pool is None:
+            return None
+        servers = {}
+        for name, config in self._servers.items():
+            tools = self._pool.cached_tools(name)
+            if tools is None:
+                return None
+            servers[name] = _pinned_server(config, tools)
+        return Pinning(row=_pin_row(task_id, PinnedTools(servers=servers)))
+
+    def pin(self, task_id: str, row: NewMessage) -> PinnedTools:
+        """The task's list as stored: ``row`` unless another was pinned first. Blocking."""
+        return self.pins.put(task_id, self._store.append_once(row).text)
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
         try:
@@ -250,10 +264,7 @@ class McpTools:
         except Exception as error:  # noqa: BLE001 - a broken server must not fail the task
             failed = f"{type(error).__name__}: {error}"
             return PinnedServer.model_validate({"for": config.for_, "error": failed})
-        asked = {name: policy for name, policy in config.approval.items() if policy != "never"}
-        return PinnedServer.model_validate(
-            {"tools": tools, "for": config.for_, "approval": asked, "session": config.session}
-        )
+        return _pinned_server(config, tools)
 
     async def call(
         self,
@@ -378,3 +389,35 @@ def arguments_of(raw: str) -> dict[str, object] | str:
     """A tool call's arguments as a JSON object, or what is wrong with them (the one parser's
     words, its guards included: ``errands.agent.arguments``)."""
     return read_arguments(raw)
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """A task's tool list as a step finds it before its trip to the store (``McpTools.ahead``):
+    held already (``known``, or nothing to offer), or to be pinned in the trip (``row``)."""
+
+    known: PinnedTools | None = None
+    row: NewMessage | None = None
+
+    def resolve(self, tools: McpTools, task_id: str) -> PinnedTools | None:
+        """The list, pinned first when the step brought one. Blocking."""
+        return tools.pin(task_id, self.row) if self.row is not None else self.known
+
+
+def _pinned_server(config: McpServerConfig, tools: list[McpTool]) -> PinnedServer:
+    asked = {name: policy for name, policy in config.approval.items() if policy != "never"}
+    return PinnedServer.model_validate(
+        {"tools": tools, "for": config.for_, "approval": asked, "session": config.session}
+    )
+
+
+def _pin_row(task_id: str, found: PinnedTools) -> NewMessage:
+    row_id = ids.task_tools_id(task_id)
+    return NewMessage(
+        id=row_id,
+        session_id=row_id,
+        role="system",
+        kind="tools",
+        text=found.model_dump_json(by_alias=True),
+        task_id=task_id,
+    )

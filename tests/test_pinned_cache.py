@@ -4,6 +4,7 @@ read from the store once per worker, and the worker keeps only its latest tasks'
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from errands.adapters.mcp.config import parse_mcp_servers
 from errands.adapters.store import SessionStore, open_store
 from errands.contracts import ids
 from errands.contracts.messages import StoredMessage
+from tests.conftest import ROOT
 from tests.helpers import pin_tools
 
 SERVERS = parse_mcp_servers(json.dumps({"files": {"url": "http://127.0.0.1:9/mcp", "for": ["*"]}}))
@@ -104,3 +106,47 @@ def test_the_lists_held_are_bounded_in_bytes_as_stored() -> None:
     # Three distinct lists do not fit: the least recently used tasks go until two do. The
     # list two tasks held counts once.
     assert [cache.get(t) is not None for t in ("a", "b", "a2", "c")] == [False, False, True, True]
+
+
+TINY = [sys.executable, str(ROOT / "tests" / "mcp_tiny_server.py")]
+
+
+async def test_a_new_task_is_pinned_in_the_steps_own_trip_once_the_listing_is_held(
+    tmp_path: Path,
+) -> None:
+    """Once the worker's pool holds every server's listing, a step of a new task brings the
+    task's list to its own trip to the store (``ahead``, no I/O): no read of the row and no
+    listing first. A list pinned before (by another worker) still wins."""
+    store = open_store(f"sqlite:///{tmp_path / 'sessions.db'}")
+    servers = parse_mcp_servers(json.dumps({"tiny": {"command": TINY, "for": ["*"]}}))
+    counted = ReadsCounted(store)
+    tools = McpTools(counted, servers)  # type: ignore[arg-type]
+    try:
+        cold = tools.ahead("task-1", "general")
+        first = names(await tools.pinned("task-1"))  # lists the server: the pool holds it now
+
+        ahead = tools.ahead("task-2", "general")
+        assert ahead is not None and ahead.row is not None
+        second = names(ahead.resolve(tools, "task-2") or PinnedTools())
+        held = tools.ahead("task-2", "general")
+
+        listed = {"name": "old", "description": "Pinned before.", "input_schema": {}}
+        pin_tools(store, "task-3", {"tiny": {"tools": [listed], "for": ["*"]}})
+        racing = tools.ahead("task-3", "general")
+        assert racing is not None
+        third = names(racing.resolve(tools, "task-3") or PinnedTools())
+        nothing = tools.ahead("task-4", "main")  # the server serves no main agent
+        stored = store.get(ids.task_tools_id("task-2"))
+    finally:
+        await tools.aclose()
+        store.close()
+
+    assert cold is None  # nothing listed yet: the step lists first, as before
+    assert first == second == ["mcp__tiny__count", "mcp__tiny__crash", "mcp__tiny__flood"]
+    assert held is not None and held.row is None and held.known is not None
+    assert names(held.known) == second  # the trip left it in the worker's memory
+    assert third == ["mcp__tiny__old"]  # the stored list is the task's
+    assert nothing is not None and nothing.row is None and nothing.known is None
+    # task-1's row was read once (not found: listed), task-2's and task-3's never.
+    assert counted.reads == {ids.task_tools_id("task-1"): 1}
+    assert stored is not None and names(PinnedTools.model_validate_json(stored.text)) == second

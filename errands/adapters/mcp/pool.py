@@ -129,6 +129,12 @@ class McpPool:
             self._listings[server] = (now + config.list_ttl_seconds, tools)
         return list(tools)
 
+    def cached_tools(self, server: str) -> list[McpTool] | None:
+        """The server's tools as ``list_tools`` would give them from its cache; None if none."""
+        cached = self._listings.get(server)
+        live = cached is not None and cached[0] > asyncio.get_running_loop().time()
+        return list(cached[1]) if cached is not None and live else None
+
     async def call(
         self,
         server: str,

@@ -89,43 +89,37 @@ class PostgresStore(SqlOwners):
 
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         message, events = _guard.message(message), _guard.events(events)
-        with self._pool.connection() as conn:
-            # Retried activities mostly find their row already there: answer without the lock.
-            existing = self._select_one(conn, message.id)
-            if existing is not None:
-                return existing
-            with conn.transaction():
-                conn.execute(
-                    "SELECT pg_advisory_xact_lock(%s)",
-                    [_lock_key("session", self.schema, message.session_id)],
-                )
-                # ON CONFLICT covers the same id appended under another session at the same
-                # moment, the one race the session lock does not serialize.
-                row = conn.execute(
-                    f"INSERT INTO messages ({COLUMNS}) VALUES (%s, %s,"
-                    " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = %s),"
-                    " %s, %s, %s, %s, %s, %s, clock_timestamp())"
-                    f" ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
-                    [
-                        message.id,
-                        message.session_id,
-                        message.session_id,
-                        message.role,
-                        message.kind,
-                        message.text,
-                        message.task_id,
-                        message.round,
-                        Jsonb(message.meta),
-                    ],
-                ).fetchone()
-                if row is None:
-                    stored = self._select_one(conn, message.id)
-                    assert stored is not None, (
-                        "a conflicting row vanished from an append-only table"
-                    )
-                    return stored
-                self._insert_events(conn, events)
-                return self._message(row)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s)",
+                [_lock_key("session", self.schema, message.session_id)],
+            )
+            # The usual case is a new row; ON CONFLICT answers a retried activity's row
+            # already there, and the same id appended under another session at the same
+            # moment, the one race the session lock does not serialize.
+            row = conn.execute(
+                f"INSERT INTO messages ({COLUMNS}) VALUES (%s, %s,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = %s),"
+                " %s, %s, %s, %s, %s, %s, clock_timestamp())"
+                f" ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
+                [
+                    message.id,
+                    message.session_id,
+                    message.session_id,
+                    message.role,
+                    message.kind,
+                    message.text,
+                    message.task_id,
+                    message.round,
+                    Jsonb(message.meta),
+                ],
+            ).fetchone()
+            if row is None:
+                stored = self._select_one(conn, message.id)
+                assert stored is not None, "a conflicting row vanished from an append-only table"
+                return stored
+            self._insert_events(conn, events)
+            return self._message(row)
 
     def list_by_prefix(self, session_id: str, id_prefix: str) -> list[StoredMessage]:
         # starts_with, not LIKE: ids may hold LIKE's wildcards `_` and `%`.

@@ -85,19 +85,12 @@ class SqliteStore(SqlOwners):
 
     def append_once(self, message: NewMessage, events: Sequence[NewEvent] = ()) -> StoredMessage:
         message, events = _guard.message(message), _guard.events(events)
-        with self._pool.connection() as conn:
-            # Retried activities mostly find their row already there: answer without the lock.
-            existing = self._select_one(conn, message.id)
-        if existing is not None:
-            return existing
         with self._write() as conn:
-            existing = self._select_one(conn, message.id)
-            if existing is not None:
-                return existing
+            # One statement for the usual case, a new row; a retried activity's row is there.
             rows = conn.execute(
                 f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?,"
                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?),"
-                f" ?, ?, ?, ?, ?, ?, ?) RETURNING {COLUMNS}",
+                f" ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING {COLUMNS}",
                 (
                     message.id,
                     message.session_id,
@@ -111,6 +104,10 @@ class SqliteStore(SqlOwners):
                     _now(),
                 ),
             ).fetchall()
+            if not rows:
+                existing = self._select_one(conn, message.id)
+                assert existing is not None, "a conflicting row vanished from an append-only table"
+                return existing
             _insert_events(conn, events)
             return self._message(rows[0])
 
