@@ -236,28 +236,24 @@ class OpenAIChatProvider:
         on_delta: DeltaSink | None,
     ) -> ModelResponse:
         params = openai_params(model, request, info)
-        # The messages and tools are plain JSON already. Handed over as `extra_body` (whose keys
-        # take the place of the typed ones, in their place in the body), they skip the SDK's
-        # per-field transform of typed parameters: 0.3 ms a message, 56 ms for a round of 200
-        # messages (measured), for a body byte for byte the same.
-        ready = {key: params.pop(key) for key in _JSON_READY if key in params}
+        # All but the model is plain JSON already. Handed over as `extra_body` (whose keys take
+        # the place of the typed ones, in their place in the body, and follow them otherwise),
+        # it skips the SDK's per-field transform of typed parameters: 0.3 ms a message, 56 ms
+        # for a round of 200 messages, and 80 µs a call for the settings alone (measured).
+        ready = {key: value for key, value in params.items() if key != "model"}
         create = self._client.chat.completions.create
         if on_delta is None:
-            completion = await create(**params, messages=[], extra_body=ready, timeout=timeout)
+            completion = await create(model=model, messages=[], extra_body=ready, timeout=timeout)
             return openai_response(completion)
         streamed = _Streamed(on_delta)
         streaming = self._client.chat.completions.with_streaming_response.create
+        ready["stream_options"] = {"include_usage": True}
         # The SDK's timeout bounds each read; the whole answer gets the call's timeout too.
         # Leaving the block, however, closes the connection.
         async with (
             asyncio.timeout(timeout),
             streaming(
-                **params,
-                messages=[],
-                extra_body=ready,
-                stream=True,
-                stream_options={"include_usage": True},
-                timeout=timeout,
+                model=model, messages=[], extra_body=ready, stream=True, timeout=timeout
             ) as response,
         ):
             async for line in response.iter_lines():
@@ -289,9 +285,6 @@ class OpenAIChatProvider:
             origin,
             model,
         )
-
-
-_JSON_READY = ("messages", "tools")
 
 
 def _chunk(line: str) -> dict[str, Any] | None:
