@@ -25,7 +25,7 @@ import json
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +39,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic import ConfigDict, Field, SecretStr, TypeAdapter
 from temporalio.client import Client as TemporalClient
 
 from errands.adapters.identity.keys import mint
@@ -408,6 +408,87 @@ async def test_run_task_asks_through_the_form_and_the_outcome_reaches_the_task(
     assert schema["properties"]["q1_other"]["type"] == "string"
     assert "Which database" in shown[0].message
     assert told in last_tool_result(scripted.requests_for(MODEL)[-1])
+
+
+class Replicas(httpx.AsyncBaseTransport):
+    """A load balancer in front of two gateway replicas that sends the retry carrying a form's
+    answer (its ``requestState``) to the second and every other request to the first: the
+    turn a round-robin balancer takes now and then."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.ports = [httpx.URL(u).port for u in urls]
+        self.retries = 0
+        self._inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        retry = b'"requestState"' in request.content
+        self.retries += retry
+        request.url = request.url.copy_with(port=self.ports[retry])
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def behind_a_balancer(stack: Stack, keys: str | None) -> AsyncIterator[Client]:
+    """An MCP client (2026-07-28, as ``a``, answering forms with PostgreSQL) of two gateway
+    replicas whose settings hold ``keys`` as ERRANDS_MCP_STATE_KEYS: each its own MCP server,
+    as each process of a deployment has."""
+    settings = stack.errands.settings.model_copy(
+        update={"mcp_state_keys": SecretStr(keys) if keys else None}
+    )
+    base = ErrandsClient(stack.errands.temporal, settings, store=stack.store)
+    callback, _ = replies(OUTCOMES["accept"][0])
+    async with AsyncExitStack() as running:
+        urls = []
+        for _ in range(2):
+            app = FastAPI()
+            mount_mcp(app, base)
+            urls.append(await running.enter_async_context(serving(app)))
+        balancer = Replicas(urls)
+        headers = {"Authorization": f"Bearer {stack.keys['a']}"}
+        http = httpx.AsyncClient(headers=headers, timeout=90, transport=balancer)
+        await running.enter_async_context(http)
+        transport = streamable_http_client(f"{urls[0]}/mcp", http_client=http)
+        client = await running.enter_async_context(
+            Client(transport, elicitation_callback=callback, mode="auto")
+        )
+        assert client.session.protocol_version == "2026-07-28"
+        yield client
+        assert balancer.retries == 1, "the form's answer came back once, to the other replica"
+
+
+async def test_replicas_sharing_state_keys_take_each_others_form_answers(
+    stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    scripted.script(MODEL, ask(DATABASE), final("Going with PostgreSQL."))
+    key = "k" * 43
+    async with behind_a_balancer(stack, f"{key}, {'o' * 43}") as mcp:
+        result = await mcp.call_tool("run_task", {"text": "pick one", "wait_seconds": 40})
+    assert structured(result)["reply"] == "Going with PostgreSQL.", text_of(result)
+    assert "PostgreSQL" in last_tool_result(scripted.requests_for(MODEL)[-1])
+
+
+async def test_replicas_without_shared_keys_refuse_the_answer_and_lose_nothing(
+    stack: Stack, scripted: ScriptedModelServer
+) -> None:
+    """Each replica seals with a key of its own: the other cannot read the form's state. The
+    retry is refused, saying so; the task still waits for its answer, which the plain tools
+    give."""
+    scripted.script(MODEL, ask(DATABASE), final("PostgreSQL it is."))
+    async with behind_a_balancer(stack, None) as mcp:
+        task_id = structured(await mcp.call_tool("start_task", {"text": "pick one"}))["task_id"]
+        with pytest.raises(MCPError, match="Invalid or expired requestState"):
+            await mcp.call_tool("run_task", {"task_id": task_id, "wait_seconds": 40})
+        pending = await waiting_question(mcp, task_id)
+        answered = await mcp.call_tool(
+            "answer", {"task_id": task_id, "answers": {pending["questions"][0]["id"]: "SQLite"}}
+        )
+        assert structured(answered)["accepted"] is True
+        done = structured(await mcp.call_tool("run_task", {"task_id": task_id, "wait_seconds": 40}))
+    assert done["reply"] == "PostgreSQL it is."
+    assert "SQLite" in last_tool_result(scripted.requests_for(MODEL)[-1])
 
 
 async def test_over_stdio_run_task_asks_through_the_form(

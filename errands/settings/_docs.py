@@ -53,6 +53,7 @@ ACCEPTS = {
     "temporal_tls_server_name": "a host name",
     "encryption_keys": "`id=BASE64`, comma-separated",
     "encryption_keys_file": "a file",
+    "mcp_state_keys": "keys of 43 or more characters, comma-separated",
     "codec_cors_origins": "origins (`https://host[:port]`), comma-separated",
     "deployment_name": "a name",
     "build_id": "a build id",

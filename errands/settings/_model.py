@@ -51,6 +51,7 @@ from errands.settings._parse import (
     check_allowed_hosts,
     check_api_token,
     check_proxies,
+    check_state_keys,
     model_task_queues,
     provider_limits,
     round_settings,
@@ -326,6 +327,10 @@ class Settings(WebhookSettings):
 
     E.g. ``errands.example.com`` behind a proxy, or ``*`` for any (only with ERRANDS_API_TOKEN).
     Unset: its own address (and 127.0.0.1, localhost, [::1] on loopback); others are refused."""
+    mcp_state_keys: SecretStr | None = Field(default=None, alias="ERRANDS_MCP_STATE_KEYS")
+    """Keys every gateway replica shares to seal the state of MCP forms, comma-separated.
+
+    The first seals, each unseals (docs/mcp-server.md). Unset: a key of the process alone."""
     forwarded_allow_ips: str | None = Field(default=None, alias="ERRANDS_FORWARDED_ALLOW_IPS")
     """Proxies whose ``X-Forwarded-For`` names the client, comma-separated: ``10.0.0.0/8``.
 
@@ -375,6 +380,7 @@ class Settings(WebhookSettings):
 
     _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
     _proxies = field_validator("forwarded_allow_ips")(check_proxies)
+    _state_keys = field_validator("mcp_state_keys")(check_state_keys)
 
     # -- what the rest of errands reads ------------------------------------------------------
 

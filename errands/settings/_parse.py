@@ -134,6 +134,7 @@ SECRETS = {
     "api_token",
     "temporal_api_key",
     "encryption_keys",
+    "mcp_state_keys",
 }
 """Fields never shown: the report masks them, a refusal leaves out what was given."""
 URLS = {
@@ -223,6 +224,24 @@ def check_api_token(value: SecretStr | None) -> SecretStr | None:
             'with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
         )
     return None if token is None else SecretStr(token)
+
+
+def state_keys(value: SecretStr | None) -> list[str]:
+    """``ERRANDS_MCP_STATE_KEYS`` as its keys, the sealing one first; empty when unset."""
+    return [k.strip() for k in value.get_secret_value().split(",")] if value is not None else []
+
+
+def check_state_keys(value: SecretStr | None) -> SecretStr | None:
+    """Each key long enough for the SDK's AES-256-GCM (which derives its own from it with HKDF):
+    at least 32 characters, as 32 random bytes in base64 are (the key is never said)."""
+    for place, key in enumerate(state_keys(value), 1):
+        if len(key) < TOKEN_MIN_LENGTH:
+            raise ValueError(
+                f"key {place} has {len(key)} characters; each needs at least "
+                f"{TOKEN_MIN_LENGTH} (32 random bytes), comma-separated, e.g. "
+                '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+            )
+    return value
 
 
 def check_proxies(value: str | None) -> str | None:

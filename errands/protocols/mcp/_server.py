@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateSecurity
 
 from errands.client import Client
 from errands.protocols.mcp._acting import Frontend
@@ -20,13 +21,16 @@ task_status shows where it is, with any pending question (answer it with answer)
 client supports it. side_question asks about a task without disturbing it; say steers it."""
 
 
-def build_server(frontend: Frontend) -> MCPServer[Any]:
-    """The MCP server of errands, every call acting through ``frontend``."""
+def build_server(frontend: Frontend, state_keys: list[str] | None = None) -> MCPServer[Any]:
+    """The MCP server of errands, every call acting through ``frontend``. ``state_keys``
+    (``ERRANDS_MCP_STATE_KEYS``, the first sealing) seal a form's ``requestState`` so that any
+    replica holding them takes the retry that answers it; none: a key of this process."""
     server: MCPServer[Any] = MCPServer(
         name=NAME,
         instructions=INSTRUCTIONS,
         extensions=[TasksExtension(frontend)],
         log_level="WARNING",
+        request_state_security=RequestStateSecurity(keys=state_keys) if state_keys else None,
     )
     add_tools(server, frontend)
     return server
