@@ -113,9 +113,9 @@ class ModelActivities:
             calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
         )
         # One trip to the store's thread before the call: the round's own store work, the
-        # request and the call's opening events. A step offering the task's tools when this
-        # worker does not know them yet takes two: they are listed (and pinned) in between, and
-        # the request reads the pin.
+        # task's tools pinned if the step brought them (``McpTools.ahead``), the request and
+        # the call's opening events. A step offering tools a server must be asked for first
+        # (no listing held) takes two: they are listed and pinned in between.
         ahead = self._mcp.ahead(data.task_id, MAIN)
         before, tools, fitting = await asyncio.to_thread(self._before_call, data, call, ahead)
         if before.settled:
@@ -233,8 +233,10 @@ class ModelActivities:
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         """One model step of a branch. Its first step opens the thread and the step that ends
-        the branch writes its row, so a one-step branch costs a single activity. The store is
-        visited twice: once to read the thread before the call, once to write after it."""
+        the branch writes its row, so a one-step branch costs a single activity. The store's
+        thread is visited twice: before the call (the task's tools pinned if the step brought
+        them, the thread read) and after it (written); a server to be listed first adds its
+        own trips (``McpTools.pinned``)."""
         return await heartbeating(self._branch_step(data))
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:

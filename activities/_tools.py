@@ -228,8 +228,7 @@ class McpTools:
             names = list(self._servers)
             listed = await asyncio.gather(*(self._list(n, self._servers[n]) for n in names))
             found = PinnedTools(servers=dict(zip(names, listed, strict=True)))
-            # A concurrent first listing may have won: the stored list is the task's.
-            row = await asyncio.to_thread(self._store.append_once, _pin_row(task_id, found))
+            return await asyncio.to_thread(self.pin, task_id, found)  # the first pinned wins
         return self.pins.put(task_id, row.text)
 
     def ahead(self, task_id: str, key: str) -> Pinning | None:
@@ -244,17 +243,19 @@ class McpTools:
             return Pinning(known=known)
         if self._pool is None:
             return None
-        servers = {}
+        listed = {}
         for name, config in self._servers.items():
             tools = self._pool.cached_tools(name)
             if tools is None:
                 return None
-            servers[name] = _pinned_server(config, tools)
-        return Pinning(row=_pin_row(task_id, PinnedTools(servers=servers)))
+            listed[name] = (config, tools)
+        return Pinning(listed=listed)
 
-    def pin(self, task_id: str, row: NewMessage) -> PinnedTools:
-        """The task's list as stored: ``row`` unless another was pinned first. Blocking."""
-        return self.pins.put(task_id, self._store.append_once(row).text)
+    def pin(self, task_id: str, found: PinnedTools) -> PinnedTools:
+        """The task's list as stored: ``found`` unless another was pinned first (another
+        worker's, or this one's before it forgot the task: then the write finds the row).
+        Blocking."""
+        return self.pins.put(task_id, self._store.append_once(_pin_row(task_id, found)).text)
 
     async def _list(self, name: str, config: McpServerConfig) -> PinnedServer:
         try:
@@ -394,14 +395,18 @@ def arguments_of(raw: str) -> dict[str, object] | str:
 @dataclass(frozen=True)
 class Pinning:
     """A task's tool list as a step finds it before its trip to the store (``McpTools.ahead``):
-    held already (``known``, or nothing to offer), or to be pinned in the trip (``row``)."""
+    held already (``known``, or nothing to offer), or every server's listing as the pool holds
+    it (``listed``), to be made into the task's list and pinned in the trip."""
 
     known: PinnedTools | None = None
-    row: NewMessage | None = None
+    listed: Mapping[str, tuple[McpServerConfig, list[McpTool]]] | None = None
 
     def resolve(self, tools: McpTools, task_id: str) -> PinnedTools | None:
-        """The list, pinned first when the step brought one. Blocking."""
-        return tools.pin(task_id, self.row) if self.row is not None else self.known
+        """The list, pinned first when the step brought the listings. Blocking."""
+        if self.listed is None:
+            return self.known
+        servers = {name: _pinned_server(*listing) for name, listing in self.listed.items()}
+        return tools.pin(task_id, PinnedTools(servers=servers))
 
 
 def _pinned_server(config: McpServerConfig, tools: list[McpTool]) -> PinnedServer:

@@ -431,20 +431,21 @@ class Replicas(httpx.AsyncBaseTransport):
 
 
 @asynccontextmanager
-async def behind_a_balancer(stack: Stack, keys: str | None) -> AsyncIterator[Client]:
+async def behind_a_balancer(
+    stack: Stack, keys: tuple[str | None, str | None]
+) -> AsyncIterator[Client]:
     """An MCP client (2026-07-28, as ``a``, answering forms with PostgreSQL) of two gateway
-    replicas whose settings hold ``keys`` as ERRANDS_MCP_STATE_KEYS: each its own MCP server,
-    as each process of a deployment has."""
-    settings = stack.errands.settings.model_copy(
-        update={"mcp_state_keys": SecretStr(keys) if keys else None}
-    )
-    base = ErrandsClient(stack.errands.temporal, settings, store=stack.store)
+    replicas whose ERRANDS_MCP_STATE_KEYS are ``keys``: each its own MCP server, as each process
+    of a deployment has."""
     callback, _ = replies(OUTCOMES["accept"][0])
     async with AsyncExitStack() as running:
         urls = []
-        for _ in range(2):
+        for replica_keys in keys:
+            settings = stack.errands.settings.model_copy(
+                update={"mcp_state_keys": SecretStr(replica_keys) if replica_keys else None}
+            )
             app = FastAPI()
-            mount_mcp(app, base)
+            mount_mcp(app, ErrandsClient(stack.errands.temporal, settings, store=stack.store))
             urls.append(await running.enter_async_context(serving(app)))
         balancer = Replicas(urls)
         headers = {"Authorization": f"Bearer {stack.keys['a']}"}
@@ -459,12 +460,21 @@ async def behind_a_balancer(stack: Stack, keys: str | None) -> AsyncIterator[Cli
         assert balancer.retries == 1, "the form's answer came back once, to the other replica"
 
 
+OLD_KEY, NEW_KEY = "old-state-key-" + "o4" * 15, "new-state-key-" + "n5" * 15
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [(f"{OLD_KEY},{NEW_KEY}", f"{OLD_KEY},{NEW_KEY}"), (OLD_KEY, f"{NEW_KEY},{OLD_KEY}")],
+    ids=["same keys", "mid-rotation"],
+)
 async def test_replicas_sharing_state_keys_take_each_others_form_answers(
-    stack: Stack, scripted: ScriptedModelServer
+    stack: Stack, scripted: ScriptedModelServer, keys: tuple[str, str]
 ) -> None:
+    """The replica that asked seals with its first key; the other unseals with any of its own:
+    the same ring, or one rotated a step further (the new key first, the old one still kept)."""
     scripted.script(MODEL, ask(DATABASE), final("Going with PostgreSQL."))
-    key = "k" * 43
-    async with behind_a_balancer(stack, f"{key}, {'o' * 43}") as mcp:
+    async with behind_a_balancer(stack, keys) as mcp:
         result = await mcp.call_tool("run_task", {"text": "pick one", "wait_seconds": 40})
     assert structured(result)["reply"] == "Going with PostgreSQL.", text_of(result)
     assert "PostgreSQL" in last_tool_result(scripted.requests_for(MODEL)[-1])
@@ -477,7 +487,7 @@ async def test_replicas_without_shared_keys_refuse_the_answer_and_lose_nothing(
     retry is refused, saying so; the task still waits for its answer, which the plain tools
     give."""
     scripted.script(MODEL, ask(DATABASE), final("PostgreSQL it is."))
-    async with behind_a_balancer(stack, None) as mcp:
+    async with behind_a_balancer(stack, (None, None)) as mcp:
         task_id = structured(await mcp.call_tool("start_task", {"text": "pick one"}))["task_id"]
         with pytest.raises(MCPError, match="Invalid or expired requestState"):
             await mcp.call_tool("run_task", {"task_id": task_id, "wait_seconds": 40})

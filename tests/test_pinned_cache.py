@@ -3,20 +3,27 @@ read from the store once per worker, and the worker keeps only its latest tasks'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from activities._tools import McpTools, PinnedCache, PinnedTools
 from errands.adapters.mcp.config import parse_mcp_servers
+from errands.adapters.routing import ModelRouter
+from errands.adapters.scripted import RecordedRequest, Reply, ScriptedModelServer
 from errands.adapters.store import SessionStore, open_store
 from errands.contracts import ids
 from errands.contracts.messages import StoredMessage
+from errands.settings import Settings
+from errands.workers import build_worker
 from tests.conftest import ROOT
-from tests.helpers import pin_tools
+from tests.helpers import Conversation, delegate, final, pin_tools, start_task
 
 SERVERS = parse_mcp_servers(json.dumps({"files": {"url": "http://127.0.0.1:9/mcp", "for": ["*"]}}))
 
@@ -126,7 +133,7 @@ async def test_a_new_task_is_pinned_in_the_steps_own_trip_once_the_listing_is_he
         first = names(await tools.pinned("task-1"))  # lists the server: the pool holds it now
 
         ahead = tools.ahead("task-2", "general")
-        assert ahead is not None and ahead.row is not None
+        assert ahead is not None and ahead.listed is not None
         second = names(ahead.resolve(tools, "task-2") or PinnedTools())
         held = tools.ahead("task-2", "general")
 
@@ -143,10 +150,57 @@ async def test_a_new_task_is_pinned_in_the_steps_own_trip_once_the_listing_is_he
 
     assert cold is None  # nothing listed yet: the step lists first, as before
     assert first == second == ["mcp__tiny__count", "mcp__tiny__crash", "mcp__tiny__flood"]
-    assert held is not None and held.row is None and held.known is not None
+    assert held is not None and held.listed is None and held.known is not None
     assert names(held.known) == second  # the trip left it in the worker's memory
     assert third == ["mcp__tiny__old"]  # the stored list is the task's
-    assert nothing is not None and nothing.row is None and nothing.known is None
+    assert nothing is not None and nothing.listed is None and nothing.known is None
     # task-1's row was read once (not found: listed), task-2's and task-3's never.
     assert counted.reads == {ids.task_tools_id("task-1"): 1}
     assert stored is not None and names(PinnedTools.model_validate_json(stored.text)) == second
+
+
+async def test_a_workers_later_tasks_are_pinned_in_their_branch_steps_own_trip(
+    client: Client, settings: Settings, scripted: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """On a worker: the first task's branch lists the server (after reading the task's row and
+    finding none); once the pool holds the listing, the next task's branch pins its list in the
+    trip its step makes anyway, without reading the row first, and offers the same tools."""
+    store = open_store(f"sqlite:///{tmp_path / 'sessions.db'}")
+    counted = ReadsCounted(store)
+    own = settings.model_copy(
+        update={
+            "task_queue": f"pin-trip-{uuid.uuid4().hex[:6]}",
+            "mcp_servers": json.dumps({"tiny": {"command": TINY, "for": ["*"]}}),
+        }
+    )
+    offered: list[list[str]] = []
+
+    def branch(request: RecordedRequest) -> Reply:
+        offered.append([t["function"]["name"] for t in request.body["tools"]])
+        return Reply(text="noted")
+
+    router = ModelRouter(own)
+    results = []
+    try:
+        async with build_worker(client, own, store=counted, router=router):  # type: ignore[arg-type]
+            for _ in range(2):
+                Conversation([delegate("note it"), final("done")], branch, branches=1).install(
+                    scripted, "gpt-pin-trip"
+                )
+                handle = await start_task(
+                    client, own.task_queue, "Note it.", model="openai:gpt-pin-trip"
+                )
+                results.append(await asyncio.wait_for(handle.result(), 60))
+        rows = [store.get(ids.task_tools_id(r.task_id)) for r in results]
+    finally:
+        await router.aclose()
+        store.close()
+
+    assert [r.status for r in results] == ["replied", "replied"]
+    first, second = (counted.reads.get(ids.task_tools_id(r.task_id), 0) for r in results)
+    # The rounds read the row for their requests either way; the first task's branch read it
+    # too (not found: it listed the server, then pinned), the second's pinned in its trip.
+    assert first - second == 1, (first, second)
+    assert all(row is not None for row in rows)
+    tiny = ["mcp__tiny__count", "mcp__tiny__crash", "mcp__tiny__flood"]
+    assert offered == [tiny, tiny]

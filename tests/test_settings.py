@@ -15,7 +15,7 @@ from errands.adapters.routing import parse_model
 from errands.agent.validation import check_model_spec
 from errands.contracts.workflows import RoundSettings
 from errands.errors import ConfigError
-from errands.settings import Settings, load_settings, render_report
+from errands.settings import Settings, load_settings, render_report, state_keys
 
 pytestmark = pytest.mark.fast
 
@@ -314,3 +314,35 @@ def test_the_temporal_ui_link_follows_where_temporal_runs(monkeypatch: pytest.Mo
     monkeypatch.setenv("ERRANDS_TEMPORAL_UI_URL", "not a url")
     with pytest.raises(ConfigError, match="ERRANDS_TEMPORAL_UI_URL"):
         load_settings()
+
+
+STATE_KEY = "state-key-" + "k7" * 17  # 44 characters: each key needs 43
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("short", "key 1 has 5 characters; each needs at least 43"),
+        (f"{STATE_KEY},", "key 2 has 0 characters"),
+        (f"{STATE_KEY}, {STATE_KEY}", "key 2 is key 1 again; list each key once"),
+    ],
+)
+def test_mcp_state_keys_are_long_listed_once_and_never_said(
+    monkeypatch: pytest.MonkeyPatch, value: str, said: str
+) -> None:
+    error = str(refusal(monkeypatch, "ERRANDS_MCP_STATE_KEYS", value))
+    assert "ERRANDS_MCP_STATE_KEYS" in error and said in error
+    assert STATE_KEY not in error
+
+
+def test_mcp_state_keys_are_read_in_order_stripped_and_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = STATE_KEY.replace("k7", "q2")
+    monkeypatch.setenv("ERRANDS_MCP_STATE_KEYS", f" {STATE_KEY} ,{other}")
+    settings = load_settings()
+    assert state_keys(settings.mcp_state_keys) == [STATE_KEY, other]
+    report = settings.report()
+    shown = json.dumps(report) + render_report(report)
+    assert STATE_KEY not in shown and other[:-4] not in shown
+    assert report["ERRANDS_MCP_STATE_KEYS"]["value"] == "****" + other[-4:]

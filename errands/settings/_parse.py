@@ -233,13 +233,20 @@ def state_keys(value: SecretStr | None) -> list[str]:
 
 def check_state_keys(value: SecretStr | None) -> SecretStr | None:
     """Each key long enough for the SDK's AES-256-GCM (which derives its own from it with HKDF):
-    at least 32 characters, as 32 random bytes in base64 are (the key is never said)."""
-    for place, key in enumerate(state_keys(value), 1):
+    at least ``TOKEN_MIN_LENGTH`` characters, as 32 random bytes in base64 are; and no key twice
+    (a slip while rotating, which the SDK would refuse as the gateway starts). No key is said."""
+    keys = state_keys(value)
+    for place, key in enumerate(keys, 1):
         if len(key) < TOKEN_MIN_LENGTH:
             raise ValueError(
                 f"key {place} has {len(key)} characters; each needs at least "
                 f"{TOKEN_MIN_LENGTH} (32 random bytes), comma-separated, e.g. "
                 '`python -c "import secrets; print(secrets.token_urlsafe(32))"`'
+            )
+        if key in keys[: place - 1]:
+            raise ValueError(
+                f"key {place} is key {keys.index(key) + 1} again; list each key once, the one "
+                "that seals first"
             )
     return value
 
