@@ -1,13 +1,13 @@
 """The checks of single settings: each takes the value given and returns the value kept, or
-raises a ``ValueError`` that says what the variable accepts (the model binds them to its
-fields; checks over several settings stay on the model)."""
+raises a ``ValueError`` that says what the variable accepts; and ``SettingsChecks``, the base
+of ``Settings`` that binds them (and the check over several settings) to its fields."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import SecretStr, ValidationError
+from pydantic import SecretStr, ValidationError, field_validator, model_validator
 
 from errands.adapters.encryption import parse_keys
 from errands.adapters.mcp.config import parse_mcp_servers
@@ -20,10 +20,15 @@ from errands.settings._parse import (
     HOST,
     IDENTIFIERS,
     LOG_LEVELS,
+    check_allowed_hosts,
+    check_api_token,
+    check_proxies,
+    check_state_keys,
     is_ip_port,
     is_port,
     provider_limits,
 )
+from errands.settings._webhooks import WebhookSettings
 
 if TYPE_CHECKING:
     from errands.settings._model import Settings
@@ -195,3 +200,40 @@ def check_together(settings: Settings) -> Settings:
     if settings.oidc_jwks_url is not None and settings.oidc_issuer is None:
         raise ValueError("ERRANDS_OIDC_JWKS_URL needs ERRANDS_OIDC_ISSUER and _AUDIENCE")
     return settings
+
+
+def _on(*fields: str) -> Any:
+    """A check bound to ``fields``, which ``Settings`` declares (so not checked for here)."""
+    return field_validator(*fields, check_fields=False)
+
+
+class SettingsChecks(WebhookSettings):
+    """The checks of ``Settings``' fields, bound here: each ValueError says what the variable
+    accepts."""
+
+    _host_port = _on("temporal_address")(check_host_port)
+    _encryption_keys = _on("encryption_keys")(check_encryption_keys)
+    _deployment_name = _on("deployment_name")(check_deployment_name)
+    _build_id = _on("build_id")(check_build_id)
+    _ip_port = _on("metrics_bind")(check_ip_port)
+    _log_level = _on("log_level")(check_log_level)
+    _model_spec = _on("model", "fallback_model", "advisor_model", "side_question_model")(
+        check_model_specs
+    )
+    _http_url = _on("openai_base_url", "anthropic_base_url")(check_http_url)
+    _subtask_types = _on("subtask_types")(check_subtask_types)
+    _prices = _on("prices")(check_prices)
+    _mcp_servers = _on("mcp_servers")(check_mcp_servers)
+    _provider_limits = _on("provider_limits")(check_provider_limits)
+    _model_task_queue = _on("model_task_queue")(check_model_task_queue)
+    _models = _on("models")(check_models)
+    _database_url = _on("database_url")(check_database_url)
+
+    _api_token = _on("api_token")(check_api_token)
+    _oidc_urls = _on("oidc_issuer", "oidc_jwks_url")(check_https_url)
+    _quotas = _on("quotas")(check_quotas)
+    _together = model_validator(mode="after")(check_together)
+
+    _allowed_hosts = _on("allowed_hosts")(check_allowed_hosts)
+    _proxies = _on("forwarded_allow_ips")(check_proxies)
+    _state_keys = _on("mcp_state_keys")(check_state_keys)

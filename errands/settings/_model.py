@@ -13,8 +13,6 @@ from pydantic import (
     HttpUrl,
     PrivateAttr,
     SecretStr,
-    field_validator,
-    model_validator,
 )
 from pydantic_settings import SettingsConfigDict
 
@@ -24,43 +22,19 @@ from errands.agent.quotas import Quota, parse_quotas
 from errands.agent.validation import DEMO_MODEL
 from errands.contracts.workflows import RoundSettings
 from errands.errors import ErrandsError
-from errands.settings._checks import (
-    check_build_id,
-    check_database_url,
-    check_deployment_name,
-    check_encryption_keys,
-    check_host_port,
-    check_http_url,
-    check_https_url,
-    check_ip_port,
-    check_log_level,
-    check_mcp_servers,
-    check_model_specs,
-    check_model_task_queue,
-    check_models,
-    check_prices,
-    check_provider_limits,
-    check_quotas,
-    check_subtask_types,
-    check_together,
-)
+from errands.settings._checks import SettingsChecks
 from errands.settings._parse import (
     Port,
     ProviderLimit,
     Seconds,
-    check_allowed_hosts,
-    check_api_token,
-    check_proxies,
-    check_state_keys,
     model_task_queues,
     provider_limits,
     round_settings,
     shown_value,
 )
-from errands.settings._webhooks import WebhookSettings
 
 
-class Settings(WebhookSettings):
+class Settings(SettingsChecks):
     """Every setting, by its environment variable. Built by ``load_settings``."""
 
     model_config = SettingsConfigDict(
@@ -352,35 +326,6 @@ class Settings(WebhookSettings):
     it is written (``reply_delta``).
 
     ``false``: one whole response per call, for a server whose streaming is broken."""
-
-    # -- checks: each ValueError says what the variable accepts ------------------------------
-
-    _host_port = field_validator("temporal_address")(check_host_port)
-    _encryption_keys = field_validator("encryption_keys")(check_encryption_keys)
-    _deployment_name = field_validator("deployment_name")(check_deployment_name)
-    _build_id = field_validator("build_id")(check_build_id)
-    _ip_port = field_validator("metrics_bind")(check_ip_port)
-    _log_level = field_validator("log_level")(check_log_level)
-    _model_spec = field_validator(
-        "model", "fallback_model", "advisor_model", "side_question_model"
-    )(check_model_specs)
-    _http_url = field_validator("openai_base_url", "anthropic_base_url")(check_http_url)
-    _subtask_types = field_validator("subtask_types")(check_subtask_types)
-    _prices = field_validator("prices")(check_prices)
-    _mcp_servers = field_validator("mcp_servers")(check_mcp_servers)
-    _provider_limits = field_validator("provider_limits")(check_provider_limits)
-    _model_task_queue = field_validator("model_task_queue")(check_model_task_queue)
-    _models = field_validator("models")(check_models)
-    _database_url = field_validator("database_url")(check_database_url)
-
-    _api_token = field_validator("api_token")(check_api_token)
-    _oidc_urls = field_validator("oidc_issuer", "oidc_jwks_url")(check_https_url)
-    _quotas = field_validator("quotas")(check_quotas)
-    _together = model_validator(mode="after")(check_together)
-
-    _allowed_hosts = field_validator("allowed_hosts")(check_allowed_hosts)
-    _proxies = field_validator("forwarded_allow_ips")(check_proxies)
-    _state_keys = field_validator("mcp_state_keys")(check_state_keys)
 
     # -- what the rest of errands reads ------------------------------------------------------
 
