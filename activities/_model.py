@@ -148,7 +148,7 @@ class ModelActivities:
             return before, RoundTools(), None
         delivered(self._store, data.task_id, data.delivers)
         step = before.step
-        tools = RoundTools()
+        tools = RoundTools(pinned=self._nothing_for_main())
         if step.work_tools and step.final_reason is None:
             if ahead is None:
                 return before, tools, None
@@ -175,8 +175,15 @@ class ModelActivities:
         return self._offering(await self._mcp.pinned(data.task_id))
 
     def _offering(self, pinned: PinnedTools | None) -> RoundTools:
+        pinned = pinned if pinned is not None else self._nothing_for_main()
         offered = pinned.offered(MAIN) if pinned is not None else []
         return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)], pinned)
+
+    def _nothing_for_main(self) -> PinnedTools | None:
+        """An empty list when no server serves the main agent: the task's list offers it
+        nothing and names no server it lacks, so its request renders alike without reading
+        the list. None: the request reads it."""
+        return None if self._mcp.serve(MAIN) else PinnedTools()
 
     async def _round_call(
         self, before: BeforeStep, call: ModelCall, fitting: Fitting, tools: RoundTools
