@@ -17,6 +17,7 @@ from activities._events import preview, record
 from activities._heartbeats import heartbeating, model_timeout
 from activities._requests import round_request
 from activities._rounds import RoundRecords
+from activities._tools import MAIN, McpTools
 from errands.adapters.routing import ModelRouter
 from errands.adapters.store import SessionStore
 from errands.agent import side_questions
@@ -35,11 +36,15 @@ class ConsultActivities:
         router: ModelRouter,
         types: dict[str, SubtaskType],
         main_tools: Sequence[WorkTool] = (),
+        mcp: McpTools | None = None,
     ) -> None:
         self._store = store
         self._router = router
         self._types = types
         self._main_tools = list(main_tools)
+        self._pinned = mcp.nothing_for(MAIN) if mcp is not None else None
+        """The list the requests render when no server serves the main agent, as the round's
+        step renders it (``McpTools.nothing_for``); None: the task's, read from the store."""
         self._fitter = ContextFitter(store, router)
         self._rounds = RoundRecords(store, types, router.settings)
 
@@ -47,7 +52,9 @@ class ConsultActivities:
         self, step: RoundStepInput, previews: int = NONE, limit: ResultLimit | None = None
     ) -> tuple[ModelRequest, int, SessionView]:
         limit = limit or self._fitter.result_limit(step.model)  # the round's model: its limit
-        return round_request(self._store, self._types, step, previews, self._main_tools, limit)
+        return round_request(
+            self._store, self._types, step, previews, self._main_tools, limit, self._pinned
+        )
 
     async def _round_request(self, step: RoundStepInput) -> ModelRequest:
         """The round's request as the round rendered it: from the same summary, with the same

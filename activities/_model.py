@@ -148,7 +148,7 @@ class ModelActivities:
             return before, RoundTools(), None
         delivered(self._store, data.task_id, data.delivers)
         step = before.step
-        tools = RoundTools(pinned=self._nothing_for_main())
+        tools = RoundTools(pinned=self._mcp.nothing_for(MAIN))
         if step.work_tools and step.final_reason is None:
             if ahead is None:
                 return before, tools, None
@@ -175,15 +175,9 @@ class ModelActivities:
         return self._offering(await self._mcp.pinned(data.task_id))
 
     def _offering(self, pinned: PinnedTools | None) -> RoundTools:
-        pinned = pinned if pinned is not None else self._nothing_for_main()
+        pinned = pinned if pinned is not None else self._mcp.nothing_for(MAIN)
         offered = pinned.offered(MAIN) if pinned is not None else []
         return RoundTools(offered, [*self._main_tools, *(t.name for t in offered)], pinned)
-
-    def _nothing_for_main(self) -> PinnedTools | None:
-        """An empty list when no server serves the main agent: the task's list offers it
-        nothing and names no server it lacks, so its request renders alike without reading
-        the list. None: the request reads it."""
-        return None if self._mcp.serve(MAIN) else PinnedTools()
 
     async def _round_call(
         self, before: BeforeStep, call: ModelCall, fitting: Fitting, tools: RoundTools

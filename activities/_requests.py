@@ -89,8 +89,8 @@ def round_request(
 
 
 def pinned_tools(store: SessionStore, task_id: str) -> PinnedTools | None:
-    """The MCP tools the task pinned (None before they were listed, or with no server for the
-    main agent: ``ModelActivities.round_step`` lists them first). Blocking."""
+    """The MCP tools the task pinned (None before they were listed: the first step a server
+    serves lists and pins them). Blocking."""
     row = store.get(ids.task_tools_id(task_id))
     return PinnedTools.model_validate_json(row.text) if row is not None else None
 

@@ -231,6 +231,12 @@ class McpTools:
             return await asyncio.to_thread(self.pin, task_id, found)  # the first pinned wins
         return self.pins.put(task_id, row.text)
 
+    def nothing_for(self, key: str) -> PinnedTools | None:
+        """An empty list when no server serves ``key``: the task's list offers it nothing and
+        names no server it lacks, so a request renders alike without reading the list (a
+        round's and a side question's the same). None: the request reads the task's."""
+        return None if self.serve(key) else PinnedTools()
+
     def ahead(self, task_id: str, key: str) -> Pinning | None:
         """The task's list for a step of ``key``, as far as this worker knows it without I/O:
         nothing to offer, the list held in memory, or one made of the pool's cached listings

@@ -283,7 +283,7 @@ def build_activities(
     tool_calls = ToolActivities(
         store, types, mcp, tools, result_max_bytes=router.settings.tool_result_max_bytes
     )
-    consult = ConsultActivities(store, router, types, tools)
+    consult = ConsultActivities(store, router, types, tools, mcp)
     notify = NotifyActivities(store, router.settings)
     schedules = ScheduleActivities(store, router.settings, task_input)
     return [

@@ -465,14 +465,19 @@ OLD_KEY, NEW_KEY = "old-state-key-" + "o4" * 15, "new-state-key-" + "n5" * 15
 
 @pytest.mark.parametrize(
     "keys",
-    [(f"{OLD_KEY},{NEW_KEY}", f"{OLD_KEY},{NEW_KEY}"), (OLD_KEY, f"{NEW_KEY},{OLD_KEY}")],
-    ids=["same keys", "mid-rotation"],
+    [
+        (f"{OLD_KEY},{NEW_KEY}", f"{OLD_KEY},{NEW_KEY}"),
+        (OLD_KEY, f"{OLD_KEY},{NEW_KEY}"),
+        (f"{NEW_KEY},{OLD_KEY}", f"{OLD_KEY},{NEW_KEY}"),
+    ],
+    ids=["same keys", "rotation, first rollout", "rotation, second rollout"],
 )
 async def test_replicas_sharing_state_keys_take_each_others_form_answers(
     stack: Stack, scripted: ScriptedModelServer, keys: tuple[str, str]
 ) -> None:
     """The replica that asked seals with its first key; the other unseals with any of its own:
-    the same ring, or one rotated a step further (the new key first, the old one still kept)."""
+    the same ring, or, while a rotation rolls out, one a step behind or ahead of it (the new
+    key added second, then moved first)."""
     scripted.script(MODEL, ask(DATABASE), final("Going with PostgreSQL."))
     async with behind_a_balancer(stack, keys) as mcp:
         result = await mcp.call_tool("run_task", {"text": "pick one", "wait_seconds": 40})

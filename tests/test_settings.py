@@ -346,3 +346,16 @@ def test_mcp_state_keys_are_read_in_order_stripped_and_masked(
     shown = json.dumps(report) + render_report(report)
     assert STATE_KEY not in shown and other[:-4] not in shown
     assert report["ERRANDS_MCP_STATE_KEYS"]["value"] == "****" + other[-4:]
+
+
+def test_every_check_is_bound_to_fields_settings_has() -> None:
+    """The checks are bound in ``SettingsChecks`` to fields ``Settings`` declares, unchecked
+    there (``check_fields=False``): a misspelt field, or a ``Settings`` attribute of the same
+    name as a check, would drop it silently."""
+    from errands.settings._checks import SettingsChecks
+
+    bound = Settings.__pydantic_decorators__.field_validators
+    assert bound.keys() == SettingsChecks.__pydantic_decorators__.field_validators.keys()
+    for name, check in bound.items():
+        assert set(check.info.fields) <= set(Settings.model_fields), name
+    assert Settings.__pydantic_decorators__.model_validators.keys() == {"_together"}
