@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from errands.adapters.devserver import free_port
-from errands.adapters.mcp.config import McpServerConfig, ToolOutcome
+from errands.adapters.mcp._listings import Listings
+from errands.adapters.mcp.config import McpServerConfig, McpTool, ToolOutcome
 from errands.adapters.mcp.pool import McpPool, SessionKey
 from tests.helpers import eventually
 from tests.mcp_counter_server import events_in
@@ -334,3 +335,21 @@ async def test_a_call_that_finds_every_process_busy_waits_then_names_the_bound(
         SessionKey("task-1", "t"), "count", {}, idempotency_key="k", timeout=TIMEOUT
     )
     assert lost is None and counted(outcome)[1] == 1  # the place was free once the call ended
+
+
+@pytest.mark.fast
+def test_a_listing_is_held_for_its_ttl_and_not_when_the_tools_changed_as_it_ran() -> None:
+    tool = McpTool(name="count", description="", input_schema={"type": "object"})
+    listings = Listings()
+    listings.keep("a", [tool], ttl=300, since=10.0, epoch=listings.epoch("a"))
+    listings.keep("never", [tool], ttl=0, since=10.0, epoch=0)
+    started = listings.epoch("b")
+    listings.changed("b")  # while b was being listed
+    listings.keep("b", [tool], ttl=300, since=10.0, epoch=started)
+
+    assert listings.get("a", 309.9) == [tool]
+    assert listings.get("a", 310.0) is None  # its ttl is over
+    assert listings.get("never", 10.0) is None
+    assert listings.get("b", 10.0) is None
+    listings.changed("a")
+    assert listings.get("a", 11.0) is None

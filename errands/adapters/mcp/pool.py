@@ -17,7 +17,8 @@ busy waits for one, within its timeout. Idle connections are closed after ``idle
 connection whose process exited, or whose transport broke, is dropped and replaced on next use.
 
 Listings (``list_tools``) are cached per server for ``list_ttl_seconds``; the server's
-``notifications/tools/list_changed``, on any of its connections, ends the cache at once.
+``notifications/tools/list_changed``, on any of its connections, ends the cache at once
+(``errands.adapters.mcp._listings``).
 
 Failures are worded as in ``errands.adapters.mcp.client``:
 
@@ -48,6 +49,7 @@ from mcp.client.session import ClientSession
 from errands.adapters.mcp import client
 from errands.adapters.mcp._connection import STDIO_LINE, Connection, Request
 from errands.adapters.mcp._http import Exchange
+from errands.adapters.mcp._listings import Listings
 from errands.adapters.mcp.client import broken_outcome, server_label
 from errands.adapters.mcp.config import SETTING, McpServerConfig, McpTool, ToolOutcome
 from errands.errors import McpBroken, McpUnsent
@@ -102,8 +104,7 @@ class McpPool:
         """Idle shared connections per server, the most recently used last."""
         self._sessions: dict[SessionKey, _Session] = {}
         self._lost: dict[SessionKey, Lost] = {}
-        self._listings: dict[str, tuple[float, list[McpTool]]] = {}  # until when, what
-        self._list_epoch: dict[str, int] = {}  # one more at each tools/list_changed
+        self._listings = Listings()
         self._holding: set[Connection] = set()
         """Every connection whose task has not ended yet, open or closing: ``aclose`` waits."""
         self._changed, self._wake = asyncio.Event(), asyncio.Event()  # waiters, the reaper
@@ -116,24 +117,21 @@ class McpPool:
         shared connection. ``ConnectionError`` / ``TimeoutError`` as above."""
         config = self._config(server)
         now = asyncio.get_running_loop().time()
-        cached = self._listings.get(server)
-        if cached is not None and cached[0] > now:
-            return list(cached[1])
-        epoch = self._list_epoch.get(server, 0)
+        held = self._listings.get(server, now)
+        if held is not None:
+            return held
+        epoch = self._listings.epoch(server)
         try:
             listed = await self._shared(self._request(server, client.every_page, timeout, None))
         except McpBroken as broken:  # a listing changes nothing: asking again is safe
             raise broken.cause from None
         tools = client.allowed(config, listed)
-        if config.list_ttl_seconds > 0 and self._list_epoch.get(server, 0) == epoch:
-            self._listings[server] = (now + config.list_ttl_seconds, tools)
-        return list(tools)
+        self._listings.keep(server, tools, ttl=config.list_ttl_seconds, since=now, epoch=epoch)
+        return tools
 
     def cached_tools(self, server: str) -> list[McpTool] | None:
         """The server's tools as ``list_tools`` would give them from its cache; None if none."""
-        cached = self._listings.get(server)
-        live = cached is not None and cached[0] > asyncio.get_running_loop().time()
-        return list(cached[1]) if cached is not None and live else None
+        return self._listings.get(server, asyncio.get_running_loop().time())
 
     async def call(
         self,
@@ -334,7 +332,7 @@ class McpPool:
             Exchange(label=server_label(config, server), max_line=limit),
             server=server,
             key=key,
-            on_list_changed=lambda: self._tools_changed(server),
+            on_list_changed=lambda: self._listings.changed(server),
             on_end=self._ended,
         )
         self._open.add(connection)
@@ -438,10 +436,6 @@ class McpPool:
                 if entry.users == 0:
                     del self._sessions[key]
         self._retire(connection)
-
-    def _tools_changed(self, server: str) -> None:
-        self._listings.pop(server, None)
-        self._list_epoch[server] = self._list_epoch.get(server, 0) + 1
 
     def _config(self, server: str) -> McpServerConfig:
         config = self._servers.get(server)
