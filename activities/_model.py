@@ -78,7 +78,8 @@ class RoundTools:
     offered: list[OfferedTool] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     pinned: PinnedTools | None = None
-    """The task's list they come from, when the step holds it: its request reads it here."""
+    """The task's list they come from, when the step holds it (an empty one when no server
+    serves the main agent): its request reads it here. None: the request reads the store's."""
 
 
 class ModelActivities:

@@ -15,7 +15,7 @@ from errands.adapters.routing import parse_model
 from errands.agent.validation import check_model_spec
 from errands.contracts.workflows import RoundSettings
 from errands.errors import ConfigError
-from errands.settings import Settings, load_settings, render_report, state_keys
+from errands.settings import Settings, load_settings, render_report
 
 pytestmark = pytest.mark.fast
 
@@ -341,7 +341,7 @@ def test_mcp_state_keys_are_read_in_order_stripped_and_masked(
     other = STATE_KEY.replace("k7", "q2")
     monkeypatch.setenv("ERRANDS_MCP_STATE_KEYS", f" {STATE_KEY} ,{other}")
     settings = load_settings()
-    assert state_keys(settings.mcp_state_keys) == [STATE_KEY, other]
+    assert settings.state_keys() == [STATE_KEY, other]
     report = settings.report()
     shown = json.dumps(report) + render_report(report)
     assert STATE_KEY not in shown and other[:-4] not in shown

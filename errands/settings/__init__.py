@@ -23,7 +23,6 @@ from errands.settings._parse import (
     parse_duration,
     provider_limits,
     split_host,
-    state_keys,
 )
 from errands.settings._report import load_settings, render_report
 
@@ -39,5 +38,4 @@ __all__ = [
     "render_configuration",
     "render_report",
     "split_host",
-    "state_keys",
 ]

@@ -31,6 +31,7 @@ from errands.settings._parse import (
     provider_limits,
     round_settings,
     shown_value,
+    state_keys,
 )
 
 
@@ -372,6 +373,10 @@ class Settings(SettingsChecks):
     def mcp(self) -> dict[str, McpServerConfig]:
         """``ERRANDS_MCP_SERVERS`` by server name."""
         return parse_mcp_servers(self.mcp_servers)
+
+    def state_keys(self) -> list[str]:
+        """``ERRANDS_MCP_STATE_KEYS``, the sealing key first; empty when unset."""
+        return state_keys(self.mcp_state_keys)
 
     def limits(self) -> dict[str, ProviderLimit]:
         """``ERRANDS_PROVIDER_LIMITS`` by provider or ``provider:model``."""

@@ -33,7 +33,6 @@ from errands.contracts.principals import Principal
 from errands.errors import ConfigError, Unauthorized, Unavailable
 from errands.protocols.mcp._acting import PRINCIPAL_KEY, Frontend
 from errands.protocols.mcp._server import build_server
-from errands.settings import state_keys
 
 MCP_PATH = "/mcp"
 
@@ -110,9 +109,7 @@ def mount_mcp(
     lifespan so the MCP session manager runs with it. Returns the MCP server."""
     if authenticator is None:
         authenticator = Authenticator.from_settings(base.settings, base.store)
-    server = build_server(
-        Frontend(base, per_request=True), state_keys(base.settings.mcp_state_keys)
-    )
+    server = build_server(Frontend(base, per_request=True), base.settings.state_keys())
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=allowed_hosts is not None,
         allowed_hosts=allowed_hosts or [],
