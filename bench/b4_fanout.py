@@ -53,7 +53,15 @@ async def run(
     wide = RoundSettings(max_subtasks=max(branches))
     samples: dict[str, dict[int, list[float]]] = {
         k: {n: [] for n in branches}
-        for k in ("round", "end", "cpu_here", "cpu_server", "floor", "floor_cpu")
+        for k in (
+            "round",
+            "end",
+            "cpu_here",
+            "cpu_server",
+            "floor",
+            "floor_cpu_here",
+            "floor_cpu_server",
+        )
     }
     async with stack_for("b4", stack) as stack:
         settings = stack.settings()
@@ -78,9 +86,11 @@ async def run(
                 samples["end"][size].append(elapsed)
                 samples["round"][size].append(await round_seconds(stack, wid))
                 plan = dataclasses.replace(hops, children=size)
-                before = _cpu(server)
+                here, there = _cpu(server)
                 samples["floor"][size].append((await stack.run_floor(floor_queue, plan))[0])
-                samples["floor_cpu"][size].append(sum(_cpu(server)) - sum(before))
+                after = _cpu(server)
+                samples["floor_cpu_here"][size].append(after[0] - here)
+                samples["floor_cpu_server"][size].append(after[1] - there)
 
     med = {k: {n: statistics.median(v) for n, v in by.items()} for k, by in samples.items()}
     first = branches[0]
@@ -96,7 +106,9 @@ async def run(
             "against_floor": round(med["end"][n] / med["floor"][n], 2),
             "cpu_s_bench_process": round(med["cpu_here"][n], 2),
             "cpu_s_dev_server": round(med["cpu_server"][n], 2),
-            "floor_cpu_s": round(med["floor_cpu"][n], 2),
+            "floor_cpu_s": round(med["floor_cpu_here"][n] + med["floor_cpu_server"][n], 2),
+            "floor_cpu_s_bench_process": round(med["floor_cpu_here"][n], 2),
+            "floor_cpu_s_dev_server": round(med["floor_cpu_server"][n], 2),
             "n": len(samples["round"][n]),
         }
         for n in branches
@@ -142,12 +154,20 @@ def _against_floor(size: dict[str, Any]) -> float:
     return round(size["end_to_end_median_ms"] / size["floor_median_ms"], 2)
 
 
+def _floor_cpu(size: dict[str, Any]) -> str:
+    """The floor's CPU, split as errands' is (results from before the split give the sum)."""
+    if "floor_cpu_s_dev_server" in size:
+        return f"{size['floor_cpu_s_bench_process']} / {size['floor_cpu_s_dev_server']}"
+    return str(size.get("floor_cpu_s", "—"))
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Shape: {result['shape']}. Medians.",
         "",
         "| branches | delegating round ms | × 1 branch | end to end ms | × 1 branch | floor ms "
-        "| floor × 1 | end to end × floor | CPU s: bench process / dev server | floor CPU s | n |",
+        "| floor × 1 | end to end × floor | CPU s: bench process / dev server "
+        "| floor CPU s: bench process / dev server | n |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in result["sizes"]:
@@ -156,7 +176,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{s['end_to_end_median_ms']} | {s['end_to_end_ratio']} | {s['floor_median_ms']} | "
             f"{s['floor_ratio']} | **{_against_floor(s)}** | "
             f"{s['cpu_s_bench_process']} / {s['cpu_s_dev_server']} | "
-            f"{s.get('floor_cpu_s', '—')} | {s['n']} |"
+            f"{_floor_cpu(s)} | {s['n']} |"
         )
     lines += ["", f"Target: {result['target']}. {_limit(result)}"]
     return "\n".join(lines)

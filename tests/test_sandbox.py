@@ -1,0 +1,84 @@
+"""errands' workflow sandbox (errands.adapters.sandbox): temporalio's, its code compiled once.
+
+It must still be the sandbox: a run's globals its own, a forbidden call trapped. And the plugin's
+worker must use it, with the converter's payload visits made in order when nothing is stored
+outside Temporal.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
+
+from errands.adapters import sandbox
+from errands.adapters.devserver import DevServer
+from errands.adapters.sandbox import CompiledSandboxRunner
+from errands.plugin import ErrandsPlugin
+from errands.settings import Settings
+from errands.workers import build_worker
+from tests.helpers import eventually
+from tests.sandbox_workflows import RUNS, Clock, Counter
+
+
+def runner() -> CompiledSandboxRunner:
+    # This module is imported afresh in each run, so its globals are the run's own.
+    return CompiledSandboxRunner(restrictions=SandboxRestrictions.default)
+
+
+async def test_each_run_has_its_own_globals_and_the_code_is_compiled_once(
+    dev_server: DevServer,
+) -> None:
+    client = await Client.connect(dev_server.address)
+    queue = f"sandbox-{uuid.uuid4().hex[:6]}"
+    sandbox._compiled.cache_clear()
+    async with Worker(client, task_queue=queue, workflows=[Counter], workflow_runner=runner()):
+        for name in ("first", "second", "third"):
+            counted = await client.execute_workflow(
+                Counter.run, name, id=f"{queue}-{name}", task_queue=queue
+            )
+            assert counted == 1, "a run saw another run's module state"
+    cached = sandbox._compiled.cache_info()
+    # Import, create, activate: compiled at the first run, reused by the others.
+    assert cached.misses >= 3
+    assert cached.hits > cached.misses
+    assert RUNS == [], "the sandbox ran the workflow in this process's own module"
+
+
+async def test_a_forbidden_call_is_still_trapped(dev_server: DevServer) -> None:
+    client = await Client.connect(dev_server.address)
+    queue = f"sandbox-{uuid.uuid4().hex[:6]}"
+    async with Worker(client, task_queue=queue, workflows=[Clock], workflow_runner=runner()):
+        handle = await client.start_workflow(
+            Clock.run,
+            id=f"{queue}-clock",
+            task_queue=queue,
+            execution_timeout=timedelta(seconds=30),
+        )
+
+        async def failed_task() -> str | None:
+            async for event in handle.fetch_history_events():
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                    return event.workflow_task_failed_event_attributes.failure.message
+            return None
+
+        message = await eventually(failed_task, "the workflow task to fail")
+        assert "datetime.datetime.now" in message
+        await handle.terminate("test over")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+
+
+async def test_the_plugins_worker_runs_compiled_and_visits_payloads_in_order(
+    dev_server: DevServer, settings: Settings
+) -> None:
+    mine = settings.model_copy(update={"task_queue": f"sandbox-{uuid.uuid4().hex[:6]}"})
+    client = await Client.connect(dev_server.address, plugins=[ErrandsPlugin(mine)])
+    config = build_worker(client, mine).config(active_config=True)
+    assert isinstance(config.get("workflow_runner"), CompiledSandboxRunner)
+    assert config.get("max_workflow_task_external_storage_concurrency") == 1
