@@ -1,6 +1,7 @@
 """errands' workflow sandbox (errands.adapters.sandbox): temporalio's, its code compiled once.
 
-It must still be the sandbox: a run's globals its own, a forbidden call trapped. And the plugin's
+It must still be the sandbox: a run's globals its own, a forbidden call trapped; the context each
+payload is converted in, read without entering it, must be the one read inside. And the plugin's
 worker must use it, with the converter's payload visits made in order when nothing is stored
 outside Temporal.
 """
@@ -13,17 +14,19 @@ from datetime import timedelta
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.worker import Worker
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
+from temporalio.worker.workflow_sandbox._runner import _Instance
 
 from errands.adapters import sandbox
 from errands.adapters.devserver import DevServer
-from errands.adapters.sandbox import CompiledSandboxRunner
+from errands.adapters.sandbox import CompiledSandboxRunner, _CompiledInstance
 from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import eventually
-from tests.sandbox_workflows import RUNS, Clock, Counter
+from tests.sandbox_workflows import RUNS, Clock, Counter, Listener, Parent, echo
 
 
 def runner() -> CompiledSandboxRunner:
@@ -72,6 +75,55 @@ async def test_a_forbidden_call_is_still_trapped(dev_server: DevServer) -> None:
         await handle.terminate("test over")
         with pytest.raises(WorkflowFailureError):
             await handle.result()
+
+
+ANSWERS: list[tuple[object, object]] = []
+"""Each context question a run was asked: (its answer, the answer from inside the sandbox)."""
+
+
+class Checking(CompiledSandboxRunner):
+    """The compiled sandbox, asking temporalio's own instance each question too."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _Checked(det, self.runner_class, self.restrictions)
+
+
+class _Checked(_CompiledInstance):
+    def get_serialization_context(self, command_info):  # type: ignore[no-untyped-def]
+        ours = super().get_serialization_context(command_info)
+        ANSWERS.append((ours, _Instance.get_serialization_context(self, command_info)))
+        return ours
+
+    def get_external_store_context(self, command_info):  # type: ignore[no-untyped-def]
+        ours = super().get_external_store_context(command_info)
+        ANSWERS.append((ours, _Instance.get_external_store_context(self, command_info)))
+        return ours
+
+
+async def test_a_payloads_context_is_the_one_the_sandbox_would_give(
+    dev_server: DevServer,
+) -> None:
+    client = await Client.connect(dev_server.address)
+    queue = f"sandbox-{uuid.uuid4().hex[:6]}"
+    ANSWERS.clear()
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[Parent, Listener],
+        activities=[echo],
+        workflow_runner=Checking(restrictions=SandboxRestrictions.default),
+    ):
+        heard = await client.execute_workflow(Parent.run, id=f"{queue}-parent", task_queue=queue)
+    assert heard == "hello"
+    mismatched = [(ours, theirs) for ours, theirs in ANSWERS if ours != theirs]
+    assert mismatched == []
+    contexts = [ours for ours, _ in ANSWERS]
+    # The activity's input, the child's, the signal's: each asked with its own context.
+    assert any(isinstance(c, ActivitySerializationContext) for c in contexts)
+    assert any(
+        isinstance(c, WorkflowSerializationContext) and c.workflow_id.endswith("-child")
+        for c in contexts
+    )
 
 
 async def test_the_plugins_worker_runs_compiled_and_visits_payloads_in_order(
