@@ -411,7 +411,8 @@ def workflow_runner(chosen: WorkflowRunner | None = None) -> WorkflowRunner:
     imported once. The sandbox still isolates each run's globals from the others' (errands'
     workflow modules hold no mutable state) but no longer traps a forbidden call, such as
     ``datetime.now()``, in them: the replay tests (tests/test_replay.py) run every recorded
-    history in the full sandbox, so one fails CI there.
+    history in the full sandbox, so one fails CI there. The sandbox is temporalio's with the
+    code it runs compiled once (``errands.adapters.sandbox``).
     """
     default = SandboxRestrictions.default
     if chosen is not None and not (
