@@ -50,7 +50,7 @@ from activities._schedules import ScheduleActivities
 from errands.adapters.encryption import configured_keys, encrypts_with, with_encryption
 from errands.adapters.mcp.config import TOOL_NAME_PREFIX, McpServerConfig, valid_server_name
 from errands.adapters.routing import ModelRouter
-from errands.adapters.sandbox import CompiledSandboxRunner
+from errands.adapters.sandbox import CompiledSandboxRunner, visit_payloads_in_order
 from errands.adapters.store import SessionStore, open_store
 from errands.adapters.telemetry import LogContextInterceptor
 from errands.agent.subtask_types import SubtaskType, WorkTool, load_types, unique_types
@@ -147,10 +147,7 @@ class ErrandsPlugin(SimplePlugin):
                 "data_converter=errands.adapters.encryption.data_converter(settings)",
                 setting="ERRANDS_ENCRYPTION_KEYS",
             )
-        if client is not None and client.data_converter.external_storage is None:
-            # Nothing is stored outside, so each of those visits does nothing: made one after
-            # another, not as an asyncio task per payload (the SDK's default, 3 at once).
-            config["max_workflow_task_external_storage_concurrency"] = 1
+        visit_payloads_in_order(config)
         cache_workflow_bytecode()
         config["workflow_runner"] = workflow_runner(config.get("workflow_runner"))
         config["deployment_config"] = pinned_by_default(config, self.settings)

@@ -7,6 +7,7 @@ import datetime
 from datetime import timedelta
 
 from temporalio import activity, workflow
+from temporalio.worker import UnsandboxedWorkflowRunner
 
 RUNS: list[str] = []
 """Module state a run appends to: inside the sandbox each run sees a fresh copy of it."""
@@ -63,3 +64,7 @@ class Listener:
     async def run(self) -> str:
         await workflow.wait_condition(lambda: bool(self._heard))
         return self._heard[0]
+
+
+class OwnRunner(UnsandboxedWorkflowRunner):
+    """A runner class of a user's own, which the sandbox creates runs with."""

@@ -16,7 +16,9 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from errands.adapters.sandbox import CompiledSandboxRunner
 from errands.plugin import WORKFLOWS
 from tests.helpers import HISTORIES
 
@@ -39,10 +41,23 @@ def test_every_recorded_history_is_of_a_release_in_the_window() -> None:
         assert any(p.name.startswith(prefix) for p in RECORDED), f"no {prefix}* histories"
 
 
+RUNNERS = {
+    "sandbox": SandboxedWorkflowRunner(),
+    "compiled": CompiledSandboxRunner(restrictions=SandboxRestrictions.default),
+}
+"""temporalio's full sandbox, and errands' (compiled, its context questions read directly) with
+the same restrictions: every history must replay in both."""
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
-async def test_recorded_history_replays(path: Path) -> None:
+async def test_recorded_history_replays(path: Path, runner: str) -> None:
     recorded = json.loads(path.read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        workflow_runner=RUNNERS[runner],
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

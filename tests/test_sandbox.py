@@ -12,10 +12,23 @@ import uuid
 from datetime import timedelta
 
 import pytest
+import temporalio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
-from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.converter import (
+    ActivitySerializationContext,
+    SerializationContext,
+    WorkflowSerializationContext,
+)
+from temporalio.converter._extstore import StorageDriverStoreContext
+from temporalio.worker import (
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
+from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
@@ -26,7 +39,7 @@ from errands.plugin import ErrandsPlugin
 from errands.settings import Settings
 from errands.workers import build_worker
 from tests.helpers import eventually
-from tests.sandbox_workflows import RUNS, Clock, Counter, Listener, Parent, echo
+from tests.sandbox_workflows import RUNS, Clock, Counter, Listener, OwnRunner, Parent, echo
 
 
 def runner() -> CompiledSandboxRunner:
@@ -77,6 +90,8 @@ async def test_a_forbidden_call_is_still_trapped(dev_server: DevServer) -> None:
             await handle.result()
 
 
+READ_DIRECTLY: set[bool] = set()
+"""Whether the runs read their answers directly (not inside the sandbox)."""
 ANSWERS: list[tuple[object, object]] = []
 """Each context question a run was asked: (its answer, the answer from inside the sandbox)."""
 
@@ -89,29 +104,40 @@ class Checking(CompiledSandboxRunner):
 
 
 class _Checked(_CompiledInstance):
-    def get_serialization_context(self, command_info):  # type: ignore[no-untyped-def]
+    def get_serialization_context(
+        self, command_info: CommandInfo | None
+    ) -> SerializationContext | None:
+        READ_DIRECTLY.add(self._reads_directly)
         ours = super().get_serialization_context(command_info)
         ANSWERS.append((ours, _Instance.get_serialization_context(self, command_info)))
         return ours
 
-    def get_external_store_context(self, command_info):  # type: ignore[no-untyped-def]
+    def get_external_store_context(
+        self, command_info: CommandInfo | None
+    ) -> StorageDriverStoreContext:
         ours = super().get_external_store_context(command_info)
         ANSWERS.append((ours, _Instance.get_external_store_context(self, command_info)))
         return ours
 
 
+@pytest.mark.parametrize(
+    ("runner_class", "directly"), [(UnsandboxedWorkflowRunner, True), (OwnRunner, False)]
+)
 async def test_a_payloads_context_is_the_one_the_sandbox_would_give(
-    dev_server: DevServer,
+    dev_server: DevServer, runner_class: type[WorkflowRunner], directly: bool
 ) -> None:
     client = await Client.connect(dev_server.address)
     queue = f"sandbox-{uuid.uuid4().hex[:6]}"
     ANSWERS.clear()
+    READ_DIRECTLY.clear()
     async with Worker(
         client,
         task_queue=queue,
         workflows=[Parent, Listener],
         activities=[echo],
-        workflow_runner=Checking(restrictions=SandboxRestrictions.default),
+        workflow_runner=Checking(
+            restrictions=SandboxRestrictions.default, runner_class=runner_class
+        ),
     ):
         heard = await client.execute_workflow(Parent.run, id=f"{queue}-parent", task_queue=queue)
     assert heard == "hello"
@@ -124,6 +150,14 @@ async def test_a_payloads_context_is_the_one_the_sandbox_would_give(
         isinstance(c, WorkflowSerializationContext) and c.workflow_id.endswith("-child")
         for c in contexts
     )
+    assert any(
+        isinstance(c, StorageDriverStoreContext)
+        and c.target is not None
+        and c.target.id.endswith("-child")
+        for c in contexts
+    )
+    # A runner class of the user's own runs its own code for them, inside the sandbox.
+    assert READ_DIRECTLY == {directly}
 
 
 async def test_the_plugins_worker_runs_compiled_and_visits_payloads_in_order(
@@ -134,3 +168,15 @@ async def test_the_plugins_worker_runs_compiled_and_visits_payloads_in_order(
     config = build_worker(client, mine).config(active_config=True)
     assert isinstance(config.get("workflow_runner"), CompiledSandboxRunner)
     assert config.get("max_workflow_task_external_storage_concurrency") == 1
+    # A value the user set is theirs.
+    other = mine.model_copy(update={"task_queue": f"{mine.task_queue}-theirs"})
+    theirs = build_worker(client, other, max_workflow_task_external_storage_concurrency=5)
+    kept = theirs.config(active_config=True).get("max_workflow_task_external_storage_concurrency")
+    assert kept == 5
+
+
+def test_errands_sandbox_was_checked_against_this_temporalio() -> None:
+    # errands.adapters.sandbox subclasses temporalio's private sandbox instance and reads the
+    # SDK's bookkeeping directly: a new temporalio must be checked against it (and the replay
+    # tests run in both runners), then this version moved.
+    assert temporalio.__version__ == "1.35.0", "re-check errands.adapters.sandbox"
