@@ -18,7 +18,6 @@ class Counter:
     @workflow.run
     async def run(self, name: str) -> int:
         RUNS.append(name)
-        await workflow.sleep(timedelta(milliseconds=1))
         return len(RUNS)
 
 

@@ -175,6 +175,7 @@ async def test_the_plugins_worker_runs_compiled_and_visits_payloads_in_order(
     assert kept == 5
 
 
+@pytest.mark.fast
 def test_errands_sandbox_was_checked_against_this_temporalio() -> None:
     # errands.adapters.sandbox subclasses temporalio's private sandbox instance and reads the
     # SDK's bookkeeping directly: a new temporalio must be checked against it (and the replay
