@@ -8,7 +8,7 @@ arguments stream in. The pieces are collected as they arrive and written every
 first writes a ``superseded`` marker: frontends drop what the earlier attempts of the step wrote.
 
 The writes stay off the call's way: ``model_call_started`` is written with the step's other
-store work before the request (``write_opening``, in the same trip to the store's thread) or
+store work before the request (``write_opening``, in the same ``store_work``) or
 while the request is in flight, and the last text with ``model_call_finished`` in one
 transaction.
 """
@@ -26,7 +26,7 @@ from typing import Any
 from temporalio import activity
 
 from activities._events import event
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent.arguments import MAX_BYTES
 from errands.contracts.events import EventType, NewEvent
 from errands.contracts.messages import Delta, Usage
@@ -164,7 +164,7 @@ class ModelCall:
     async def __aenter__(self) -> ModelCall:
         if not self._opened:  # while the request runs
             self._started = asyncio.create_task(
-                asyncio.to_thread(self.write_blocking, self._opening())
+                store_work(self._store, self.write_blocking, self._opening())
             )
         return self
 
@@ -184,7 +184,7 @@ class ModelCall:
 
     def write_blocking(self, events: list[NewEvent]) -> None:
         """Write ``events`` of this call (those ``finished`` returned) in one transaction, from
-        the store's thread. A failure is logged: the log must never fail the model call."""
+        the step's store work. A failure is logged: the log must never fail the model call."""
         if not self._task_id or not events:
             return
         try:
@@ -205,7 +205,7 @@ class ModelCall:
         cancelled = isinstance(exc, asyncio.CancelledError)
         await self._stop(cancelled=cancelled)
         if not cancelled:  # a failed attempt's text stays until superseded
-            await asyncio.to_thread(self.write_blocking, self._rest())
+            await store_work(self._store, self.write_blocking, self._rest())
 
     async def _stop(self, *, cancelled: bool) -> None:
         """Stop the live text; unless cancelled, once the started event is written."""
@@ -232,7 +232,7 @@ class ModelCall:
             if self._pending:
                 self._writing = True
                 try:
-                    await asyncio.to_thread(self.write_blocking, [self._delta_of_pending()])
+                    await store_work(self._store, self.write_blocking, [self._delta_of_pending()])
                 finally:
                     self._writing = False
 

@@ -6,7 +6,6 @@ and a side question's answer goes back to whoever asked it, never into the sessi
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from temporalio import activity
@@ -19,7 +18,7 @@ from activities._requests import round_request
 from activities._rounds import RoundRecords
 from activities._tools import MAIN, McpTools
 from errands.adapters.routing import ModelRouter
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent import side_questions
 from errands.agent.advisor import advice_result, advisor_request
 from errands.agent.reading import NONE
@@ -61,9 +60,9 @@ class ConsultActivities:
         previews, compacting nothing (for a step from before views were pinned, the previews
         are decided again on the round's model). A step still preparing its round renders as
         it will once prepared."""
-        step = await asyncio.to_thread(self._rounds.in_flight, step)
+        step = await store_work(self._store, self._rounds.in_flight, step)
         if step.view is not None:
-            request, _, _ = await asyncio.to_thread(self._build, step)
+            request, _, _ = await store_work(self._store, self._build, step)
             return request
         fitting = self._fitter.fitting(
             step.model, lambda previews, limit: self._build(step, previews, limit), compact=False
@@ -93,7 +92,8 @@ class ConsultActivities:
         info = activity.info()
         cause = f"side:{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
         if data.path != "fallback":  # the first (or only) activity of the question
-            await asyncio.to_thread(
+            await store_work(
+                self._store,
                 record,
                 self._store,
                 data.task_id,
@@ -104,7 +104,8 @@ class ConsultActivities:
             )
         answer = await heartbeating(self._answer_side_question(data))
         if answer.answer:
-            await asyncio.to_thread(
+            await store_work(
+                self._store,
                 record,
                 self._store,
                 data.task_id,

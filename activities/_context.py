@@ -12,7 +12,6 @@ so a retried attempt picks up where the last one stopped and no summary is writt
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities._heartbeats import model_timeout
 from errands.adapters.routing import ModelRouter
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent import context, prompts, reading
 from errands.contracts import ids
 from errands.contracts.messages import (
@@ -101,6 +100,10 @@ class ContextFitter:
         self._store = store
         self._router = router
 
+    @property
+    def store(self) -> SessionStore:
+        return self._store
+
     def fitting(
         self, model: str, build: Build, *, compact: bool = True, log: Logger | None = None
     ) -> Fitting:
@@ -174,7 +177,7 @@ class ContextFitter:
             if isinstance(folded, str):
                 return folded
             if log is not None:
-                await asyncio.to_thread(log, folded)
+                await store_work(self._store, log, folded)
             previous = folded
             activity.heartbeat()
         return None
@@ -191,7 +194,7 @@ class ContextFitter:
     ) -> StoredMessage | str:
         """``previous`` with ``piece`` folded in, stored; or why the summary call failed."""
         row_id = ids.summary_id(session_id, piece[-1].seq)
-        stored = await asyncio.to_thread(self._store.get, row_id)
+        stored = await store_work(self._store, self._store.get, row_id)
         if stored is not None:  # made by an attempt that died after writing it
             return stored
         # A row bigger than a piece is a piece of its own, cut down to fit the call beside the
@@ -221,7 +224,8 @@ class ContextFitter:
         if response.finish_reason in ("length", "max_tokens"):
             return f"the summary did not fit its {output} output tokens"
         first = SummaryMeta.of(previous).covers[0] if previous else piece[0].seq
-        return await asyncio.to_thread(
+        return await store_work(
+            self._store,
             self._store.append_once,
             NewMessage(
                 id=row_id,
@@ -294,7 +298,7 @@ class Fitting:
 
     def prepare(self) -> None:
         """Build the first request now (blocking): a step that has other store work to do
-        before its call builds it in the same trip to the store's thread; ``fit`` takes it
+        before its call builds it in the same store work; ``fit`` takes it
         instead of building it again."""
         self.ready = self.build(self.previews, self.fitter.result_limit(self.model))
 
@@ -305,7 +309,7 @@ class Fitting:
             built, self.ready = self.ready, None
             if built is None:
                 limit = self.fitter.result_limit(self.model)
-                built = await asyncio.to_thread(self.build, self.previews, limit)
+                built = await store_work(self.fitter.store, self.build, self.previews, limit)
             request, catalog_size, view = built
             self.request, self.view = request, view
             budget = self.fitter.budget(self.model, request, self.window)

@@ -4,7 +4,6 @@ classified once at this boundary. The tool calls a step makes run in ``activitie
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from activities._tools import (
     session_servers,
 )
 from errands.adapters.routing import ModelRouter
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent.control import FINAL_REPLY, REPLY_FIELD
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
@@ -113,12 +112,12 @@ class ModelActivities:
             data.model,
             calls={FINAL_REPLY: REPLY_FIELD},  # the reply, as the model writes it
         )
-        # One trip to the store's thread before the call: the round's own store work, the
-        # task's tools pinned if the step brought them (``McpTools.ahead``), the request and
+        # One visit to the store (``store_work``) before the call: the round's own store work,
+        # the task's tools pinned if the step brought them (``McpTools.ahead``), the request and
         # the call's opening events. A step offering tools a server must be asked for first
         # (no listing held) takes two: they are listed and pinned in between.
         ahead = self._mcp.ahead(data.task_id, MAIN)
-        before, tools, fitting = await asyncio.to_thread(self._before_call, data, call, ahead)
+        before, tools, fitting = await store_work(self._store, self._before_call, data, call, ahead)
         if before.settled:
             # The round has its reply or acknowledgement: written by an attempt of this step
             # that died before reporting (what its call spent is read back with it), or found
@@ -134,7 +133,7 @@ class ModelActivities:
             )
         if fitting is None:
             tools = await self._round_tools(before.step)
-            fitting = await asyncio.to_thread(self._ready_call, before.step, call, tools)
+            fitting = await store_work(self._store, self._ready_call, before.step, call, tools)
         return await self._round_call(before, call, fitting, tools)
 
     def _before_call(
@@ -188,8 +187,8 @@ class ModelActivities:
             response, catalog_size = await fitting.complete(self._router, call.take)
             finished = await call.finished(response.usage)
         view = fitting.pinned()
-        approvals, stored = await asyncio.to_thread(
-            self._after_call, data, call, finished, tools, response, catalog_size, view
+        approvals, stored = await store_work(
+            self._store, self._after_call, data, call, finished, tools, response, catalog_size, view
         )
         return RoundStepOutput(
             response=response,
@@ -235,10 +234,10 @@ class ModelActivities:
     @activity.defn(name="branch_step")
     async def branch_step(self, data: BranchStepInput) -> BranchStepOutput:
         """One model step of a branch. Its first step opens the thread and the step that ends
-        the branch writes its row, so a one-step branch costs a single activity. The store's
-        thread is visited twice: before the call (the task's tools pinned if the step brought
-        them, the thread read) and after it (written); a server to be listed first adds its
-        own trips (``McpTools.pinned``)."""
+        the branch writes its row, so a one-step branch costs a single activity. The store is
+        visited twice (``store_work``): before the call (the task's tools pinned if the step
+        brought them, the thread read) and after it (written); a server to be listed first adds
+        its own visits (``McpTools.pinned``)."""
         return await heartbeating(self._branch_step(data))
 
     async def _branch_step(self, data: BranchStepInput) -> BranchStepOutput:
@@ -247,13 +246,13 @@ class ModelActivities:
             pinning = Pinning(known=await self._mcp.pinned(data.task_id))
         where = branch_of(data.thread_id)
         call = ModelCall(self._store, data.task_id, where, data.step, data.model, answer_text=True)
-        # One trip to the store's thread before the call and one after it.
-        stored, pinned, fitting = await asyncio.to_thread(
-            self._before_branch_call, data, pinning, call
+        # One visit to the store before the call and one after it.
+        stored, pinned, fitting = await store_work(
+            self._store, self._before_branch_call, data, pinning, call
         )
         if stored is not None:
             # Written by an attempt that died before reporting: never ask the model again.
-            return await asyncio.to_thread(self._replayed, data, pinned, stored)
+            return await store_work(self._store, self._replayed, data, pinned, stored)
         async with call:
             response, _ = await fitting.complete(self._router, call.take)
             finished = await call.finished(response.usage)
@@ -270,8 +269,8 @@ class ModelActivities:
         )
         record = data.record if not response.tool_calls else None
         # The call's last events go with its step: one transaction.
-        approvals = await asyncio.to_thread(
-            self._write_step, data, pinned, response, step, record, finished
+        approvals = await store_work(
+            self._store, self._write_step, data, pinned, response, step, record, finished
         )
         return BranchStepOutput(
             tool_calls=len(response.tool_calls),

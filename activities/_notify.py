@@ -28,7 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities._events import event
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.adapters.webhooks import send
 from errands.contracts.notifications import (
     DeliverInput,
@@ -196,7 +196,7 @@ class NotifyActivities:
             target=target.ref,
             **fields,
         )
-        await asyncio.to_thread(self._store.append_events, [written])
+        await store_work(self._store, self._store.append_events, [written])
 
 
 A2A_TOKEN_HEADER = "X-A2A-Notification-Token"

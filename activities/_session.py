@@ -3,14 +3,12 @@ deterministic id, so retries and replays never duplicate or change a message."""
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 
 from activities._events import event
 from activities._rounds import RoundRecords, replied
 from activities._threads import read_stored, write_branch_row
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent.reading import READ_MESSAGE
 from errands.agent.subtask_types import SubtaskType
 from errands.contracts import ids
@@ -64,22 +62,22 @@ class SessionActivities:
     async def open_task(self, data: OpenTaskInput) -> OpenTaskOutput:
         """Append the user's message once and name the installed subtask types; asked to, also
         prepare round 0, which saves the first round a store call of its own."""
-        return await asyncio.to_thread(self._rounds.open_task, data)
+        return await store_work(self._store, self._rounds.open_task, data)
 
     @activity.defn(name="prepare_round")
     async def prepare_round(self, data: PrepareRoundInput) -> RoundState:
-        return await asyncio.to_thread(self._rounds.prepare, data)
+        return await store_work(self._store, self._rounds.prepare, data)
 
     @activity.defn(name="append_ack")
     async def append_ack(self, data: AppendAckInput) -> AckOutput:
         """The round's acknowledgement, and its branches' threads opened with it: one render
         of the session here instead of one per branch, each in its own activity at once."""
-        return AckOutput(text=await asyncio.to_thread(self._rounds.append_ack, data))
+        return AckOutput(text=await store_work(self._store, self._rounds.append_ack, data))
 
     @activity.defn(name="append_message")
     async def append_message(self, data: AppendMessageInput) -> MessageOutput:
         """A message the user sent into the running task, in the session once; its seq."""
-        return MessageOutput(seq=await asyncio.to_thread(self._append_message, data))
+        return MessageOutput(seq=await store_work(self._store, self._append_message, data))
 
     def _append_message(self, data: AppendMessageInput) -> int:
         row = self._store.append_once(
@@ -108,20 +106,20 @@ class SessionActivities:
 
     @activity.defn(name="append_reply")
     async def append_reply(self, data: AppendReplyInput) -> ReplyOutput:
-        text = await asyncio.to_thread(
-            self._rounds.append_reply, data.task_id, data.session_id, data.text
+        text = await store_work(
+            self._store, self._rounds.append_reply, data.task_id, data.session_id, data.text
         )
         return ReplyOutput(text=text)
 
     @activity.defn(name="record_branch")
     async def record_branch(self, data: RecordBranchInput) -> None:
         """Write a branch's row into the session; a completed branch's text is its last step."""
-        await asyncio.to_thread(write_branch_row, self._store, data)
+        await store_work(self._store, write_branch_row, self._store, data)
 
     @activity.defn(name="read_message")
     async def read_message(self, data: ReadMessageInput) -> ReadMessageOutput:
         """Store the page a round's ``read_message`` call asks for; True if it is an error."""
-        return ReadMessageOutput(is_error=await asyncio.to_thread(self._read_message, data))
+        return ReadMessageOutput(is_error=await store_work(self._store, self._read_message, data))
 
     def _read_message(self, data: ReadMessageInput) -> bool:
         stored = self._store.get(data.result_id)
@@ -145,24 +143,25 @@ class SessionActivities:
     @activity.defn(name="recall_decisions")
     async def recall_decisions(self, data: SessionRef) -> DecisionsOutput:
         """The session's remembered decisions; small by nature (one per distinct question)."""
-        decisions = await asyncio.to_thread(self._store.list_decisions, data.session_id)
+        decisions = await store_work(self._store, self._store.list_decisions, data.session_id)
         return DecisionsOutput(decisions=decisions)
 
     @activity.defn(name="remember_decision")
     async def remember_decision(self, data: RememberInput) -> None:
-        await asyncio.to_thread(
-            self._store.put_decision, data.session_id, data.decision_id, data.record
+        await store_work(
+            self._store, self._store.put_decision, data.session_id, data.decision_id, data.record
         )
 
     @activity.defn(name="record_event")
     async def record_event(self, data: NewEvent) -> None:
         """An event only the workflow sees (the task failed, or was canceled), written once."""
-        await asyncio.to_thread(self._store.append_event, data)
+        await store_work(self._store, self._store.append_event, data)
 
     @activity.defn(name="remember_approval")
     async def remember_approval(self, data: RememberApprovalInput) -> None:
         """Store once that the session's user approved every call of a tool."""
-        await asyncio.to_thread(
+        await store_work(
+            self._store,
             self._store.append_once,
             NewMessage(
                 id=ids.approved_always_id(data.session_id, data.tool),
@@ -177,7 +176,7 @@ class SessionActivities:
     @activity.defn(name="deterministic_join")
     async def deterministic_join(self, data: JoinInput) -> JoinOutput:
         """Deliver completed branches when no model can answer: no inference, just a join."""
-        return JoinOutput(text=await asyncio.to_thread(self._join, data))
+        return JoinOutput(text=await store_work(self._store, self._join, data))
 
     def _join(self, data: JoinInput) -> str | None:
         rows = self._store.list_by_prefix(data.session_id, ids.branch_rows_prefix(data.task_id))

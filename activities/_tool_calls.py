@@ -32,7 +32,7 @@ from activities._tools import (
     arguments_of,
     session_scope,
 )
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent import prompts, reading
 from errands.agent.subtask_types import SubtaskType, WorkTool
 from errands.contracts import ids
@@ -139,16 +139,17 @@ class ToolActivities:
         run: Callable[[Settling], Awaitable[Ran]],
     ) -> RunToolOutput:
         """Run one tool call (with a verdict, only say why it is not run), store its result
-        once and log it: one trip to the store's thread before the run (``found``: what an
-        earlier attempt stored, else the call to settle, and its request logged) and one after
+        once and log it: one visit to the store (``store_work``) before the run (``found``: what
+        an earlier attempt stored, else the call to settle, and its request logged) and one after
         (the result and its last event, in one transaction). Cancelled with the call open, at
         the workflow's request, the call gets a "cancelled" result, so no stored thread holds a
         call without one."""
-        trip = asyncio.ensure_future(asyncio.to_thread(self._found, found))
+        trip = asyncio.ensure_future(store_work(self._store, self._found, found))
         try:
             settling = await asyncio.shield(trip)
         except asyncio.CancelledError:
-            # The trip goes on in its thread, and may log the request: settle what it found.
+            # Work sent to a thread goes on there, and may log the request: settle what it
+            # found.
             if isinstance(late := await trip, Settling):
                 await self._cancelled(late.result)
             raise
@@ -167,7 +168,7 @@ class ToolActivities:
         except asyncio.CancelledError:
             await self._cancelled(result)
             raise
-        await asyncio.to_thread(self._store.append_once, result.message(text, is_error), last)
+        await store_work(self._store, self._store.append_once, result.message(text, is_error), last)
         return RunToolOutput(ok=not is_error, chars=len(text), holder=holder)
 
     async def _cancelled(self, result: ToolResult) -> None:
@@ -175,7 +176,7 @@ class ToolActivities:
         cancelled otherwise is run by another attempt)."""
         if cancel_requested():
             cancelled = result.message(prompts.TOOL_CANCELLED, True)
-            await asyncio.shield(asyncio.to_thread(self._store.append_once, cancelled))
+            await asyncio.shield(store_work(self._store, self._store.append_once, cancelled))
 
     def _found(self, found: Callable[[], RunToolOutput | Settling]) -> RunToolOutput | Settling:
         """``found``, and the request of a call that runs logged, written once however often
@@ -194,7 +195,9 @@ class ToolActivities:
             # A branch's tool results are rows of its thread: `result N` and `ref N` are one row.
             thread = data.thread_id
             return Ran(
-                *await asyncio.to_thread(read_stored, self._store, thread, thread, call.arguments)
+                *await store_work(
+                    self._store, read_stored, self._store, thread, thread, call.arguments
+                )
             )
         pinned = await self._pinned(data.task_id, data.subtask_type)
         offered = {t.name: t for t in pinned.offered(data.subtask_type)} if pinned else {}

@@ -34,7 +34,7 @@ from errands.adapters.mcp.config import (
     SessionScope,
     ToolOutcome,
 )
-from errands.adapters.store import SessionStore
+from errands.adapters.store import SessionStore, store_work
 from errands.agent import prompts
 from errands.agent.approvals import need_of
 from errands.agent.arguments import read_arguments
@@ -223,12 +223,12 @@ class McpTools:
         known = self.pins.get(task_id)
         if known is not None:
             return known
-        row = await asyncio.to_thread(self._store.get, ids.task_tools_id(task_id))
+        row = await store_work(self._store, self._store.get, ids.task_tools_id(task_id))
         if row is None:
             names = list(self._servers)
             listed = await asyncio.gather(*(self._list(n, self._servers[n]) for n in names))
             found = PinnedTools(servers=dict(zip(names, listed, strict=True)))
-            return await asyncio.to_thread(self.pin, task_id, found)  # the first pinned wins
+            return await store_work(self._store, self.pin, task_id, found)  # the first pinned wins
         return self.pins.put(task_id, row.text)
 
     def nothing_for(self, key: str) -> PinnedTools | None:

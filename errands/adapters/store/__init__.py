@@ -5,5 +5,13 @@ from __future__ import annotations
 
 from errands.adapters.store._base import PrincipalRecord, SessionStore, TaskStart
 from errands.adapters.store._open import open_store, sqlite_path
+from errands.adapters.store._work import store_work
 
-__all__ = ["PrincipalRecord", "SessionStore", "TaskStart", "open_store", "sqlite_path"]
+__all__ = [
+    "PrincipalRecord",
+    "SessionStore",
+    "TaskStart",
+    "open_store",
+    "sqlite_path",
+    "store_work",
+]

@@ -3,6 +3,8 @@
 Activities call the store from several worker threads at once; a DB-API connection must not be
 used by two threads at the same time, so each call borrows one connection for its duration. The
 pool is deliberately small and lazy: connections are opened on demand up to ``size`` and kept.
+A thread that holds a connection of its own (``holding``: a transaction that spans several
+calls) is given that one instead.
 """
 
 from __future__ import annotations
@@ -33,9 +35,14 @@ class Pool(Generic[C]):
         self._lock = threading.Lock()
         self._idle: list[C] = []
         self._closed = False
+        self._held = threading.local()
 
     @contextmanager
     def connection(self) -> Iterator[C]:
+        held = self.held()
+        if held is not None:
+            yield held
+            return
         self._slots.acquire()
         try:
             conn = self._take()
@@ -45,6 +52,19 @@ class Pool(Generic[C]):
                 self._give_back(conn)
         finally:
             self._slots.release()
+
+    def held(self) -> C | None:
+        """The connection this thread holds (``holding``), if any."""
+        return getattr(self._held, "conn", None)
+
+    @contextmanager
+    def holding(self, conn: C) -> Iterator[None]:
+        """Inside the block, every ``connection`` this thread asks for is ``conn``."""
+        self._held.conn = conn
+        try:
+            yield
+        finally:
+            self._held.conn = None
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,12 @@ the busy timeout makes a second writer wait for it instead of failing. Writers o
 first queue on a lock of their own: SQLite's busy handler waits by sleeping, in steps of
 milliseconds, where a queue hands the lock on at once.
 
+Work that makes several calls in a row (an activity's store work before or after its model
+call) can run them as one transaction without waiting for anyone: ``begin_at_once`` begins it
+only when no other writer holds the lock, and each call inside it is a savepoint, atomic as
+before. ``errands.adapters.store.store_work`` runs such work on the event loop that way, and on
+a thread when the lock is taken.
+
 ``synchronous=NORMAL`` (as the embedded Temporal dev server runs its own SQLite file): a commit
 is durable against a crash of any process, and syncs to disk at checkpoints rather than on every
 commit; a power cut may lose the last commits. A store that must survive a power cut belongs on
@@ -20,7 +26,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -54,6 +60,8 @@ class SqliteStore(SqlOwners):
             name=str(path),
         )
         self._writer = threading.Lock()
+        self._at_once: sqlite3.Connection | None = None
+        """The connection of ``begin_at_once`` (used under ``_writer`` only); no busy wait."""
         try:
             with self._pool.connection() as conn:
                 _enable_wal(conn)
@@ -62,18 +70,59 @@ class SqliteStore(SqlOwners):
             self._pool.close()
             raise
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, busy_timeout: float = _BUSY_TIMEOUT_S) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions, every BEGIN below is ours.
         # check_same_thread=False: the pool hands a connection to one thread at a time.
         conn = sqlite3.connect(
-            self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
         )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
+    def begin_at_once(self) -> AbstractContextManager[None] | None:
+        """One transaction for every call this thread makes inside the returned block (their
+        writes each a savepoint, committed together as the block ends, however it ends), begun
+        now; None, and nothing begun, when another writer holds the lock: nothing here waits.
+        """
+        if not self._writer.acquire(blocking=False):
+            return None
+        try:
+            if self._at_once is None:
+                self._at_once = self._connect(busy_timeout=0)
+            self._at_once.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            self._writer.release()
+            if error.sqlite_errorname == "SQLITE_BUSY":  # another process is writing
+                return None
+            raise
+        except BaseException:
+            self._writer.release()
+            raise
+        return self._held(self._at_once)
+
+    @contextmanager
+    def _held(self, conn: sqlite3.Connection) -> Iterator[None]:
+        try:
+            with self._pool.holding(conn):
+                yield
+        finally:
+            # Committed however the block ends: what its calls wrote before one failed stays,
+            # as it would have outside the block (the failed call's own writes rolled back).
+            try:
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:  # the commit failed
+                    conn.execute("ROLLBACK")
+                self._writer.release()
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        held = self._pool.held()
+        if held is not None:  # inside this thread's ``begin_at_once``
+            with _savepoint(held):
+                yield held
+            return
         with self._writer, self._pool.connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -163,6 +212,10 @@ class SqliteStore(SqlOwners):
 
     def close(self) -> None:
         self._pool.close()
+        with self._writer:
+            if self._at_once is not None:
+                self._at_once.close()
+                self._at_once = None
 
     def __enter__(self) -> Self:
         return self
@@ -210,6 +263,19 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             if err.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+@contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write inside a longer transaction: all of it or, when it fails, none of it."""
+    conn.execute("SAVEPOINT write")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK TO write")
+        raise
+    finally:
+        conn.execute("RELEASE write")
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
