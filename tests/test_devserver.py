@@ -14,6 +14,7 @@ from errands.adapters.devserver import (
     SEARCH_ATTRIBUTES,
     DevServer,
     free_port,
+    lost_port_race,
     port_open,
     temporal_cli_path,
 )
@@ -104,6 +105,21 @@ def test_server_that_exits_while_starting_raises_with_its_log(tmp_path: Path) ->
 
     assert "not a database" in str(raised.value)
     assert not server.running
+
+
+@pytest.mark.fast
+def test_only_a_port_the_server_chose_itself_being_taken_is_started_again() -> None:
+    """As the CLI's dev server logs it when a side port of its own choosing was taken between
+    its check and its bind (seen in CI): ``start`` tries again; a port it was given is not."""
+    log = (
+        '{"level":"FATAL","prefix":"echo","file":"server.go","line":"155",'
+        '"message":"listen tcp 127.0.0.1:38893: bind: address already in use"}'
+    )
+    failure = f"the dev server at 127.0.0.1:57209 exited with code 1 while starting; {log}"
+    assert lost_port_race(failure, (57209, 8233))
+    assert not lost_port_race(failure, (57209, 38893))
+    assert not lost_port_race(failure.replace("38893", "57209"), (57209, None))
+    assert not lost_port_race("its log ends with: file is not a database", (57209, None))
 
 
 def test_start_refuses_a_port_that_is_already_taken() -> None:

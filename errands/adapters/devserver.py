@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,9 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 
 _TUNING = ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000")
 _SQLITE_PRAGMAS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
+_START_ATTEMPTS = 3
+"""Starts tried while the server loses a race for a port of its own choosing (see ``start``)."""
+_BIND_FAILED = re.compile(r"listen tcp [^ ]*:(\d+): bind: address already in use")
 
 
 def _installed_binary(name: str, package: str) -> str:
@@ -74,6 +78,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def lost_port_race(failure: str, given: tuple[int | None, ...]) -> bool:
+    """Whether a start ``failure`` is a port the server chose itself being taken (not one of
+    the ports it was ``given``, which stay the caller's to free)."""
+    bound = _BIND_FAILED.search(failure)
+    return bound is not None and int(bound.group(1)) not in given
 
 
 def port_open(host: str, port: int) -> bool:
@@ -145,7 +156,21 @@ class DevServer:
 
     def start(self, timeout: float = 60) -> Self:
         """Spawn the server and return once its frontend serves the namespace with every search
-        attribute registered; raise with the log's tail if it exits or times out first."""
+        attribute registered; raise with the log's tail if it exits or times out first.
+
+        Besides the ports it is given, the server listens on ports it picks itself, free a moment
+        before; one taken meanwhile by another process makes it exit while starting. It is then
+        started again (at most ``_START_ATTEMPTS`` times in all)."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout)
+            except DevServerError as error:
+                lost = lost_port_race(str(error), (self.port, self.ui_port))
+                if not lost or attempt == _START_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> Self:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 raise DevServerError(f"the dev server at {self.address} is already running")
