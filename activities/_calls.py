@@ -156,8 +156,8 @@ class ModelCall:
             self._flusher = asyncio.create_task(self._flush_every(FLUSH_SECONDS))
 
     def write_opening(self) -> None:
-        """Write the call's opening events now, from the thread that does the step's other store
-        work before the request (blocking); ``async with`` then writes none."""
+        """Write the call's opening events now, in the step's other store work before the
+        request (blocking); ``async with`` then writes none."""
         self.write_blocking(self._opening())
         self._opened = True
 
@@ -216,7 +216,8 @@ class ModelCall:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         if not cancelled and self._started is not None:
-            await self._started  # cancelled: the started event's thread finishes on its own
+            await self._started  # cancelled: the started event's write (on a thread, when
+            # the store sent it there) finishes on its own
 
     def _rest(self) -> list[NewEvent]:
         """The text not yet written, as one last delta."""

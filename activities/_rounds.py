@@ -5,7 +5,7 @@ Runs before 0.3.0 make each a store call of its own (``SessionActivities``); sin
 model steps carry them (``ModelActivities.round_step``): its first step opens the task or
 prepares the round, and the step that decides writes what it decided, read with the workflow's
 own rules (``errands.agent.steps``). A step retried after it wrote finds what it wrote and asks
-no model again. Blocking methods: activities call them from a worker thread.
+no model again. Blocking methods: activities call them through ``store_work``.
 """
 
 from __future__ import annotations

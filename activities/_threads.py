@@ -1,5 +1,5 @@
 """A branch's thread in the session store: its opening, its messages, and its row in the task's
-session. Blocking functions: activities call them from a worker thread."""
+session. Blocking functions: activities call them through ``store_work``."""
 
 from __future__ import annotations
 

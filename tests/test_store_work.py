@@ -101,7 +101,7 @@ async def test_work_waits_on_a_thread_while_another_writer_holds_the_lock(
     assert ran_on and ran_on[0] != loop_thread
 
 
-async def test_work_inside_work_of_the_same_store_goes_to_a_thread(
+async def test_no_second_block_begins_while_one_is_held(
     sqlite_store: tuple[SessionStore, Path],
 ) -> None:
     """The lock is taken by the block already open (as by another thread's write): nothing
@@ -114,6 +114,47 @@ async def test_work_inside_work_of_the_same_store_goes_to_a_thread(
         store.append_once(msg("first"))
         assert store.begin_at_once() is None
     assert await store_work(store, lambda: store.append_once(msg("second")).seq) == 2
+
+
+async def test_a_lost_transaction_is_run_again_on_a_thread(
+    sqlite_store: tuple[SessionStore, Path],
+) -> None:
+    """SQLite rolls a whole transaction back on some errors (an I/O error, out of memory; here a
+    trigger's RAISE(ROLLBACK)): what the block's earlier calls wrote is gone although they
+    returned, so the work runs again, on a thread, and its writes (idempotent, as an
+    activity's are) are made there."""
+    store, path = sqlite_store
+    with closing(sqlite3.connect(path)) as admin:
+        admin.execute(
+            "CREATE TRIGGER lose BEFORE INSERT ON events WHEN NEW.key = 'lost'"
+            " BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END"
+        )
+        admin.commit()
+    runs: list[int] = []
+
+    def work() -> int:
+        runs.append(threading.get_ident())
+        stored = store.append_once(msg("a"))
+        store.append_events([event("lost" if len(runs) == 1 else "kept")])
+        return stored.seq
+
+    assert await store_work(store, work) == 1
+    assert runs[0] == threading.get_ident() and runs[1] != runs[0] and len(runs) == 2
+    assert rows_seen_by_another_connection(path) == ["a"]
+    assert [e.key for e in store.list_events("t1")] == ["kept"]
+    # A lasting failure is met again on the thread, and raised.
+    with pytest.raises(sqlite3.IntegrityError, match="rolled back by the test"):
+        await store_work(store, lambda: store.append_events([event("lost")]))
+    assert await store_work(store, lambda: store.append_once(msg("b")).seq) == 2
+
+
+async def test_a_closed_store_refuses_work_as_it_refuses_calls(
+    sqlite_store: tuple[SessionStore, Path],
+) -> None:
+    store, _ = sqlite_store
+    store.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        await store_work(store, lambda: store.append_once(msg("late")))
 
 
 async def test_sqlite_work_runs_on_the_loop_and_postgres_work_on_a_thread(target: Target) -> None:  # noqa: F811

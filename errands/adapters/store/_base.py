@@ -39,7 +39,8 @@ class TaskStart:
 
 
 class SessionStore(Protocol):
-    """Every method is synchronous and thread-safe; activities call them from worker threads.
+    """Every method is synchronous and thread-safe; activities call them through
+    ``store_work`` (on a thread, or at once on the event loop where the store allows it).
 
     ``append_once`` is the only write to messages. It inserts the row when its id is absent and
     always returns the row as stored, so a retried write never duplicates or changes a message

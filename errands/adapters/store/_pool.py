@@ -53,6 +53,10 @@ class Pool(Generic[C]):
         finally:
             self._slots.release()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def held(self) -> C | None:
         """The connection this thread holds (``holding``), if any."""
         return getattr(self._held, "conn", None)
@@ -60,11 +64,11 @@ class Pool(Generic[C]):
     @contextmanager
     def holding(self, conn: C) -> Iterator[None]:
         """Inside the block, every ``connection`` this thread asks for is ``conn``."""
-        self._held.conn = conn
+        before, self._held.conn = self.held(), conn
         try:
             yield
         finally:
-            self._held.conn = None
+            self._held.conn = before
 
     def close(self) -> None:
         with self._lock:

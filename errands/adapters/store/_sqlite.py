@@ -11,7 +11,7 @@ Work that makes several calls in a row (an activity's store work before or after
 call) can run them as one transaction without waiting for anyone: ``begin_at_once`` begins it
 only when no other writer holds the lock, and each call inside it is a savepoint, atomic as
 before. ``errands.adapters.store.store_work`` runs such work on the event loop that way, and on
-a thread when the lock is taken.
+a thread when the lock is taken (or when such a transaction is lost: ``TransactionLost``).
 
 ``synchronous=NORMAL`` (as the embedded Temporal dev server runs its own SQLite file): a commit
 is durable against a crash of any process, and syncs to disk at checkpoints rather than on every
@@ -61,7 +61,8 @@ class SqliteStore(SqlOwners):
         )
         self._writer = threading.Lock()
         self._at_once: sqlite3.Connection | None = None
-        """The connection of ``begin_at_once`` (used under ``_writer`` only); no busy wait."""
+        """The connection of ``begin_at_once``, not the pool's: used under ``_writer`` only,
+        it never waits for the lock (busy timeout 0)."""
         try:
             with self._pool.connection() as conn:
                 _enable_wal(conn)
@@ -83,9 +84,12 @@ class SqliteStore(SqlOwners):
     def begin_at_once(self) -> AbstractContextManager[None] | None:
         """One transaction for every call this thread makes inside the returned block (their
         writes each a savepoint, committed together as the block ends, however it ends), begun
-        now; None, and nothing begun, when another writer holds the lock: nothing here waits.
+        now; None, and nothing begun, when another writer holds the lock (nothing here waits)
+        or the store is closed. The block must not await: the connection is held by the
+        thread, not by a task. Raises ``TransactionLost`` as it ends if its transaction could
+        not be committed (SQLite rolled it back, or the commit failed): nothing of it stayed.
         """
-        if not self._writer.acquire(blocking=False):
+        if self._pool.closed or not self._writer.acquire(blocking=False):
             return None
         try:
             if self._at_once is None:
@@ -93,7 +97,7 @@ class SqliteStore(SqlOwners):
             self._at_once.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             self._writer.release()
-            if error.sqlite_errorname == "SQLITE_BUSY":  # another process is writing
+            if error.sqlite_errorname.startswith("SQLITE_BUSY"):  # another process is writing
                 return None
             raise
         except BaseException:
@@ -110,10 +114,8 @@ class SqliteStore(SqlOwners):
             # Committed however the block ends: what its calls wrote before one failed stays,
             # as it would have outside the block (the failed call's own writes rolled back).
             try:
-                conn.execute("COMMIT")
+                _commit_held(conn)
             finally:
-                if conn.in_transaction:  # the commit failed
-                    conn.execute("ROLLBACK")
                 self._writer.release()
 
     @contextmanager
@@ -265,6 +267,26 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
+class TransactionLost(sqlite3.OperationalError):
+    """A ``begin_at_once`` block's transaction was not committed: SQLite rolled it back after
+    an error (an I/O error, out of memory), or its commit failed. None of its writes stayed,
+    including those of calls that had returned."""
+
+
+def _commit_held(conn: sqlite3.Connection) -> None:
+    if not conn.in_transaction:
+        raise TransactionLost("SQLite rolled the transaction back after an error")
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as error:
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the connection is broken: the next BEGIN says so
+        raise TransactionLost(f"the commit failed: {error}") from error
+
+
 @contextmanager
 def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     """One write inside a longer transaction: all of it or, when it fails, none of it."""
@@ -272,10 +294,11 @@ def _savepoint(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK TO write")
+        if conn.in_transaction:  # else SQLite rolled it all back: the block ends lost
+            conn.execute("ROLLBACK TO write")
+            conn.execute("RELEASE write")
         raise
-    finally:
-        conn.execute("RELEASE write")
+    conn.execute("RELEASE write")
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
