@@ -39,6 +39,7 @@ drift apart. This module imports nothing but the standard library: workflow code
 
 from __future__ import annotations
 
+import sqlite3
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 if TYPE_CHECKING:
@@ -294,6 +295,16 @@ class PickerClosed(ErrandsError):
 def failure_kind(value: Any) -> FailureKind:
     """``value`` as a failure kind; anything unknown is ``internal`` (a bug to report)."""
     return value if value in FAILURE_KINDS else "internal"
+
+
+# -- inside the session store: never raised to a caller of errands ------------------------------
+
+
+class TransactionLost(sqlite3.OperationalError):
+    """A SQLite store's transaction spanning several calls (``SqliteStore.begin_at_once``) was
+    not committed: SQLite rolled it back after an error (an I/O error, out of memory), or the
+    commit failed. None of its writes stayed, including those of calls that had returned;
+    ``errands.adapters.store.store_work`` runs the work again on a thread."""
 
 
 # -- inside the MCP client: never raised to a caller of errands ---------------------------------

@@ -7,6 +7,7 @@ import ``workflows`` and ``activities`` (through the plugin)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Sequence
@@ -107,6 +108,7 @@ async def running_workers(
     model-queue workers beside it), running for the block; yields the main one."""
     if not settings.model_task_queues():
         async with build_worker(client, settings, store=store, **options) as worker:
+            settle_heap()
             yield worker
         return
     own_store = store is None
@@ -124,12 +126,23 @@ async def running_workers(
             )
             for extra in extras:
                 await stack.enter_async_context(extra)
+            settle_heap()
             yield main
     finally:
         await mcp.aclose()
         await router.aclose()
         if own_store:
             store.close()
+
+
+def settle_heap() -> None:
+    """Take what the process holds once its workers run (the SDK, the providers' clients, the
+    workflows' modules: about 300,000 objects) out of the garbage collector's way, so a full
+    collection scans only what tasks made since. Measured on B4's 32-branch task, with the
+    worker in the benchmark's process: a full collection about every 20 tasks took 118 ms
+    (5.9 ms a task), none with this."""
+    gc.collect()
+    gc.freeze()
 
 
 async def warn_unless_routed(client: Client, settings: Settings) -> None:

@@ -304,3 +304,22 @@ def test_a_tool_without_a_description_is_refused_at_definition() -> None:
 
     with pytest.raises(TypeError, match="has no description"):
         tool(bare)
+
+
+async def test_running_workers_take_what_the_process_holds_out_of_the_collectors_way(
+    client: Client, settings: Settings, store: SessionStore
+) -> None:
+    """What ``errands worker`` and ``errands dev`` hold once their workers run is frozen
+    (``gc.freeze``): a full collection then scans only what tasks made since."""
+    import gc
+
+    from errands.workers import running_workers
+
+    gc.unfreeze()
+    try:
+        async with running_workers(client, on_queue(settings), store=store):
+            frozen = gc.get_freeze_count()
+            assert frozen > 10_000, f"only {frozen} objects were frozen"
+            assert len(gc.get_objects()) < frozen
+    finally:
+        gc.unfreeze()  # the test process collects as before

@@ -38,6 +38,7 @@ from errands.adapters.store._pool import Pool
 from errands.adapters.store._reads import COLUMNS, EVENT_COLUMNS
 from errands.contracts.events import NewEvent, StoredEvent
 from errands.contracts.messages import NewMessage, StoredMessage
+from errands.errors import TransactionLost
 
 _POOL_SIZE = 4
 _BUSY_TIMEOUT_S = 60.0
@@ -265,12 +266,6 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             if err.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
-
-
-class TransactionLost(sqlite3.OperationalError):
-    """A ``begin_at_once`` block's transaction was not committed: SQLite rolled it back after
-    an error (an I/O error, out of memory), or its commit failed. None of its writes stayed,
-    including those of calls that had returned."""
 
 
 def _commit_held(conn: sqlite3.Connection) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from errands.adapters.store._base import SessionStore
-from errands.adapters.store._sqlite import TransactionLost
+from errands.errors import TransactionLost
 
 P = ParamSpec("P")
 T = TypeVar("T")
