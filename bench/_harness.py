@@ -75,15 +75,19 @@ class Stack:
         self.store: SessionStore
 
     async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.server.start)
-        self.model.start()
-        self.model_url = await self._model_process()
-        self.store = open_store(self.database_url)
-        # The converter every errands client carries (pydantic payloads; these settings
-        # encrypt nothing), on the benchmark's own server.
-        self.client = await Client.connect(
-            self.server.address, data_converter=data_converter(self.settings())
-        )
+        try:
+            await asyncio.to_thread(self.server.start)
+            self.model.start()
+            self.model_url = await self._model_process()
+            self.store = open_store(self.database_url)
+            # The converter every errands client carries (pydantic payloads; these settings
+            # encrypt nothing), on the benchmark's own server.
+            self.client = await Client.connect(
+                self.server.address, data_converter=data_converter(self.settings())
+            )
+        except BaseException:
+            await self.__aexit__()  # what started stops, and the directory goes
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -92,7 +96,8 @@ class Stack:
         finally:
             for child in self._children:
                 stop_process(child)
-            self.store.close()
+            if hasattr(self, "store"):
+                self.store.close()
             self.model.stop()
             await asyncio.to_thread(self.server.stop)
             self._tmp.cleanup()

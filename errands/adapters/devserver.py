@@ -129,6 +129,10 @@ class DevServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self._log_path: Path | None = None
+        self._attempt_from = 0
+        """Where the log stood when the last start was spawned."""
+        self._failed_start = ""
+        """What the last start that failed wrote to the log."""
         self._lock = threading.Lock()
 
     def command(self) -> list[str]:
@@ -159,13 +163,14 @@ class DevServer:
         attribute registered; raise with the log's tail if it exits or times out first.
 
         Besides the ports it is given, the server listens on ports it picks itself, free a moment
-        before; one taken meanwhile by another process makes it exit while starting. It is then
-        started again (at most ``_START_ATTEMPTS`` times in all)."""
+        before; one taken meanwhile by another process makes it exit while starting (a fatal
+        log line, or a panic). It is then started again (at most ``_START_ATTEMPTS`` times in
+        all)."""
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout)
-            except DevServerError as error:
-                lost = lost_port_race(str(error), (self.port, self.ui_port))
+            except DevServerError:
+                lost = lost_port_race(self._failed_start, (self.port, self.ui_port))
                 if not lost or attempt == _START_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
@@ -195,6 +200,7 @@ class DevServer:
                 fd, name = tempfile.mkstemp(prefix="errands-temporal-", suffix=".log")
                 self._log_path = Path(name)
                 self._log = os.fdopen(fd, "ab")
+            self._attempt_from = self._log_path.stat().st_size
             try:
                 self._proc = subprocess.Popen(
                     cmd,
@@ -210,6 +216,7 @@ class DevServer:
         try:
             self._wait_ready(timeout)
         except BaseException:
+            self._failed_start = self._attempt_log()  # before stop() drops a log of its own
             self.stop()
             raise
         return self
@@ -257,10 +264,24 @@ class DevServer:
         return all(name in custom for name in SEARCH_ATTRIBUTES)
 
     def log_tail(self, lines: int = 40) -> str:
+        """The log's last ``lines``; from a panic's first line, when the last start panicked
+        (its stack would fill them)."""
         if self._log_path is None or not self._log_path.exists():
             return "(no log)"
         text = self._log_path.read_text(errors="replace").splitlines()
+        attempt = self._attempt_log().splitlines()
+        panicked = next((i for i, line in enumerate(attempt) if line.startswith("panic:")), None)
+        if panicked is not None:
+            return "\n".join(attempt[panicked : panicked + lines])
         return "\n".join(text[-lines:]) or "(empty log)"
+
+    def _attempt_log(self) -> str:
+        """What the last start wrote to the log."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        with self._log_path.open("rb") as log:
+            log.seek(self._attempt_from)
+            return log.read().decode(errors="replace")
 
     @property
     def running(self) -> bool:
