@@ -18,6 +18,7 @@ import pytest
 
 from errands.adapters.store import SessionStore, open_store, store_work
 from errands.adapters.store._sqlite import SqliteStore
+from tests.helpers import eventually
 from tests.test_store import Target, event, msg, target  # noqa: F401  (the fixture)
 
 
@@ -93,12 +94,12 @@ async def test_work_waits_on_a_thread_while_another_writer_holds_the_lock(
     with closing(sqlite3.connect(path, isolation_level=None)) as other:
         other.execute("BEGIN IMMEDIATE")  # another process writing
         pending = asyncio.ensure_future(store_work(store, work))
-        # The loop is not blocked: the work waits for the lock on its thread.
-        await asyncio.sleep(0.3)
+        # The work waits for the lock on a thread of its own; the loop polls on meanwhile.
+        await eventually(lambda: ran_on, "the work to start on its thread")
+        assert ran_on[0] != loop_thread
         assert not pending.done()
         other.execute("COMMIT")
         assert await asyncio.wait_for(pending, 30) == 1
-    assert ran_on and ran_on[0] != loop_thread
 
 
 async def test_no_second_block_begins_while_one_is_held(
